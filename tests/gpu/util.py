@@ -1,0 +1,27 @@
+"""Comparison helpers shared by the GPU tests."""
+from __future__ import annotations
+
+import torch
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN anywhere in out gives inf so it can never pass."""
+    out64, ref64 = out.double(), ref.double()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    denom = ref64.norm().item()
+    return (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0)
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> None:
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    err = rel_err(out, ref)
+    assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+
+
+# Tolerances by element type for results that went through rounding once.
+TOL = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}
+
+
+def randn(*shape, dtype=torch.float32, device="cuda"):
+    return torch.randn(*shape, device=device, dtype=torch.float32).to(dtype)
