@@ -1,3 +1,3 @@
 #pragma once
 
-#include "../common/common.cuh"
+#include "lcsf.cuh"

@@ -1,0 +1,135 @@
+// LCSF: the load-compute-store-finish block template.
+//
+// A kernel describes WHAT to move and compute; the template owns HOW it overlaps:
+//  * one producer warpgroup (registers trimmed to PRODUCER_REGISTERS) whose first lane issues TMA loads
+//    into an INPUT_STAGES-deep ring of `input_block`s in shared memory;
+//  * NUM_CONSUMERS consumer warpgroups (registers raised to CONSUMER_REGISTERS) that wait for a stage,
+//    compute on it, and hand it back;
+//  * a persistent grid: one block per SM walks tasks blockIdx.x, blockIdx.x + gridDim.x, ...; the kernel's
+//    `get_task` maps a task id to work in whatever (L2-friendly) order it likes;
+//  * two mbarriers per stage: `arrived` (the TMA transaction count completes it) and `finished` (every
+//    consumer warp arrives once it no longer reads the stage).
+// The ring runs across task boundaries, so the producer prefetches the next task's first stages while the
+// consumers are still in `finish` for the current one.
+//
+// A kernel K provides:
+//   using globals;                          kernel argument (holds the gl's)
+//   struct input_block;                     one ring stage (shared memory)
+//   struct output_block;                    shared scratch owned by the consumers (may be empty)
+//   struct consumer_state;                  per-consumer-warpgroup registers
+//   struct task;                            with an `int iters` member: ring stages the task consumes
+//   static constexpr int NUM_CONSUMERS, INPUT_STAGES, PRODUCER_REGISTERS, CONSUMER_REGISTERS;
+//   static __device__ bool get_task(const globals&, int task_id, task&);   false: no such task
+//   static __device__ void load(producer_args<K>&);      issue TMA for stage `iter`; expect its bytes
+//   static __device__ void setup(consumer_args<K>&);     once per task, before the first compute
+//   static __device__ void compute(consumer_args<K>&);   consume one stage; return when done reading it
+//   static __device__ void finish(consumer_args<K>&);    once per task: write results out
+#pragma once
+
+#include "../common/common.cuh"
+#include "../types/types.cuh"
+#include "../ops/ops.cuh"
+
+namespace kittens {
+namespace lcsf {
+
+template <typename K> struct producer_args {
+    const typename K::globals &g;
+    typename K::input_block &input; // the stage to fill
+    semaphore &arrived;             // expect this stage's bytes on it
+    const typename K::task &task;
+    int iter; // stage index within the task
+};
+
+template <typename K> struct consumer_args {
+    const typename K::globals &g;
+    typename K::input_block &input; // the stage to consume (valid in compute only)
+    typename K::output_block &output;
+    typename K::consumer_state &state;
+    const typename K::task &task;
+    int iter;     // stage index within the task
+    int consumer; // which consumer warpgroup, 0 .. NUM_CONSUMERS-1
+};
+
+template <typename K> constexpr int num_threads() { return (K::NUM_CONSUMERS + 1) * WARPGROUP_THREADS; }
+
+template <typename K> constexpr int shared_bytes() {
+    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + sizeof(typename K::output_block)) + 2 * 1024;
+}
+
+template <typename K>
+__global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_constant__ typename K::globals g) {
+    static_assert(K::NUM_CONSUMERS >= 1 && K::NUM_CONSUMERS <= 3, "LCSF runs 1 to 3 consumer warpgroups");
+    static_assert(K::INPUT_STAGES >= 1, "LCSF needs at least one input stage");
+    static_assert(shared_bytes<K>() <= MAX_SHARED_MEMORY, "LCSF: input ring + output block exceed 227 KB of shared memory");
+    constexpr int STAGES = K::INPUT_STAGES;
+    constexpr int CONSUMER_WARPS = K::NUM_CONSUMERS * WARPGROUP_WARPS;
+
+    extern __shared__ alignment_dummy shm[];
+    shared_allocator al(shm);
+    typename K::input_block(&inputs)[STAGES] = al.allocate<typename K::input_block, STAGES>();
+    typename K::output_block &output = al.allocate<typename K::output_block>();
+    __shared__ semaphore arrived[STAGES], finished[STAGES];
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            init_semaphore(arrived[s], 1);              // the producer's expect is the one arrival
+            init_semaphore(finished[s], CONSUMER_WARPS); // one arrival per consumer warp
+        }
+    }
+    __syncthreads();
+
+    typename K::task task;
+    if (warpgroupid() == K::NUM_CONSUMERS) { // producer
+        warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
+        if (warpgroup::warpid() == 0 && laneid() == 0) {
+            int ring = 0; // stages issued so far, across tasks
+            for (int t = blockIdx.x; K::get_task(g, t, task); t += gridDim.x) {
+                for (int i = 0; i < task.iters; i++, ring++) {
+                    int s = ring % STAGES;
+                    wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
+                    producer_args<K> a{g, inputs[s], arrived[s], task, i};
+                    K::load(a);
+                }
+            }
+        }
+    } else { // consumers
+        warpgroup::increase_registers<K::CONSUMER_REGISTERS>();
+        typename K::consumer_state state;
+        const int consumer = warpgroupid();
+        int ring = 0;
+        for (int t = blockIdx.x; K::get_task(g, t, task); t += gridDim.x) {
+            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer};
+            K::setup(a);
+            for (int i = 0; i < task.iters; i++, ring++) {
+                int s = ring % STAGES;
+                wait(arrived[s], (ring / STAGES) & 1);
+                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer};
+                K::compute(c);
+                if (laneid() == 0) arrive(finished[s]);
+            }
+            K::finish(a);
+        }
+        tma::store_async_wait<0>(); // shared memory must outlive any TMA store still reading it
+    }
+}
+
+// Host side: launch K over `num_tasks` tasks with a persistent grid of at most one block per SM.
+template <typename K> inline cudaError_t launch(const typename K::globals &g, int num_tasks, cudaStream_t stream) {
+    static int sms = [] {
+        int dev = 0, n = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+        return n > 0 ? n : 132;
+    }();
+    constexpr int smem = shared_bytes<K>();
+    static cudaError_t attr = cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr != cudaSuccess) return attr;
+    if (num_tasks <= 0) return cudaSuccess;
+    int grid = num_tasks < sms ? num_tasks : sms;
+    kernel<K><<<grid, num_threads<K>(), smem, stream>>>(g);
+    return cudaGetLastError();
+}
+
+} // namespace lcsf
+} // namespace kittens

@@ -1,0 +1,22 @@
+// Host entry points of the GEMM kernels. Plain CUDA types only: the torch binding (binding.cpp) includes
+// this, the kernels' translation units implement it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace tk_gemm {
+
+enum class out_dtype { bf16, fp16, fp32 };
+
+// C (M x N, row-major bf16) = A @ B. a_kmajor: A is (M, K) row-major, else its transpose (K, M) row-major.
+// b_kmajor: B is stored as (N, K) row-major (B^T contiguous), else (K, N) row-major.
+// Requires the 16-byte TMA stride rule: K % 8 == 0 and N % 8 == 0 (and M % 8 == 0 when A is not K-major).
+cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
+                        cudaStream_t stream);
+
+// C (M x N, row-major, `out`) = (A * scale_a) @ (B * scale_b) with A (M, K) e4m3 row-major, B (N, K) e4m3
+// row-major, per-tensor fp32 scales in device memory. Requires K % 16 == 0 and N % 8 == 0.
+cudaError_t scaled_mm_e4m3(const void *a, const void *b, const float *scale_a, const float *scale_b, void *c,
+                           out_dtype out, int M, int N, int K, cudaStream_t stream);
+
+} // namespace tk_gemm

@@ -1,0 +1,132 @@
+// GEMM on the LCSF template: C (M x N) = A (M x K) @ B (K x N), fp32 accumulation.
+//
+// Each task is a (64 * NUM_CONSUMERS) x BN block of C. The producer streams K-slices of A and B through the
+// shared-memory ring with TMA; each consumer warpgroup owns 64 rows and runs wgmma straight from the
+// swizzled tiles; the finish hook writes the block out through shared memory with TMA stores, 64 columns at
+// a time through a double buffer so the epilogue needs 16 KB of shared memory instead of 64 KB (which buys
+// the fourth ring stage).
+//
+// Operands may sit in memory either way round ("K-major": K is the contiguous axis, as in an (M, K)
+// row-major A or an nn.Linear weight (N, K); "MN-major": the other way). wgmma reads both from shared
+// memory (16-bit types only for MN-major: the hardware has no transpose for fp8).
+#pragma once
+
+#include "kittens.cuh"
+
+namespace tk_gemm {
+using namespace kittens;
+
+enum class major { k, mn };
+
+template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int SUPER_M = 16>
+struct gemm {
+    static constexpr bool FP8 = base_types::fp8<T_IN>;
+    static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
+
+    static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
+    static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = STAGES;
+    static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
+    static constexpr int BM = 64 * NUM_CONSUMERS, BLOCK_N = BN;
+    static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice
+    static constexpr int C_COLS = 64;                   // epilogue piece width
+
+    using a_tile = std::conditional_t<A_MAJOR == major::k, st<T_IN, 64, BK>, st<T_IN, BK, 64>>;
+    using b_tile = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, BK>, st<T_IN, BK, BN>>;
+    using c_tile = st<T_OUT, 64, C_COLS>;
+    using a_gl = gl<T_IN, 1, 1, -1, -1, a_tile>;
+    using b_gl = gl<T_IN, 1, 1, -1, -1, b_tile>;
+    using c_gl = gl<T_OUT, 1, 1, -1, -1, c_tile>;
+
+    struct globals {
+        a_gl a;
+        b_gl b;
+        c_gl c;
+        int tiles_m, tiles_n, k_iters;
+        const float *scale_a, *scale_b; // per-tensor scales (fp8); null means 1
+    };
+    struct input_block {
+        a_tile a[NUM_CONSUMERS];
+        b_tile b;
+    };
+    struct output_block {
+        c_tile c[NUM_CONSUMERS][2];
+    };
+    struct consumer_state {
+        rt_fl<16, BN> acc;
+    };
+    struct task {
+        int m, n, iters;
+    };
+
+    static int num_tasks(int M, int N) { return ((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
+
+    // Bands of SUPER_M block-rows walked column by column: the blocks running at one moment share a few
+    // A row-panels and B column-panels, which then stay in L2.
+    __device__ static inline bool get_task(const globals &g, int id, task &t) {
+        if (id >= g.tiles_m * g.tiles_n) return false;
+        int band = id / (SUPER_M * g.tiles_n);
+        int first_m = band * SUPER_M;
+        int rows = min(SUPER_M, g.tiles_m - first_m);
+        int in_band = id - band * SUPER_M * g.tiles_n;
+        t.m = first_m + in_band % rows;
+        t.n = in_band / rows;
+        t.iters = g.k_iters;
+        return true;
+    }
+
+    __device__ static inline void load(lcsf::producer_args<gemm> &p) {
+        tma::expect_bytes(p.arrived, sizeof(input_block));
+        for (int c = 0; c < NUM_CONSUMERS; c++) {
+            if constexpr (A_MAJOR == major::k) tma::load_async(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, p.iter}, p.arrived);
+            else tma::load_async(p.input.a[c], p.g.a, {p.iter, p.task.m * NUM_CONSUMERS + c}, p.arrived);
+        }
+        if constexpr (B_MAJOR == major::k) tma::load_async(p.input.b, p.g.b, {p.task.n, p.iter}, p.arrived);
+        else tma::load_async(p.input.b, p.g.b, {p.iter, p.task.n}, p.arrived);
+    }
+
+    __device__ static inline void setup(lcsf::consumer_args<gemm> &c) { zero(c.state.acc); }
+
+    __device__ static inline void compute(lcsf::consumer_args<gemm> &c) {
+        auto &a = c.input.a[c.consumer];
+        warpgroup::mma_fence(c.state.acc);
+        if constexpr (A_MAJOR == major::k && B_MAJOR == major::k) warpgroup::mma_ABt(c.state.acc, a, c.input.b);
+        else if constexpr (A_MAJOR == major::k) warpgroup::mma_AB(c.state.acc, a, c.input.b);
+        else if constexpr (B_MAJOR == major::k) warpgroup::mma_AtBt(c.state.acc, a, c.input.b);
+        else warpgroup::mma_AtB(c.state.acc, a, c.input.b);
+        warpgroup::mma_commit_group();
+        warpgroup::mma_async_wait<0>(); // the stage is handed back as soon as this returns
+    }
+
+    __device__ static inline void finish(lcsf::consumer_args<gemm> &c) {
+        float scale = 1.f;
+        if constexpr (FP8) {
+            if (c.g.scale_a) scale *= *c.g.scale_a;
+            if (c.g.scale_b) scale *= *c.g.scale_b;
+        }
+        const bool leader = warpgroup::laneid() == 0;
+        rt<T_OUT, 16, C_COLS> piece;
+#pragma unroll
+        for (int j = 0; j < BN / C_COLS; j++) {
+            c_tile &buf = c.output.c[c.consumer][j & 1];
+            if (leader) tma::store_async_read_wait<1>(); // the store that last used `buf` has read it
+            warpgroup::sync(c.consumer + 1);
+#pragma unroll
+            for (int t = 0; t < C_COLS / 16; t++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float2 v = c.state.acc.tiles[0][j * (C_COLS / 16) + t].data[k];
+                    if constexpr (FP8) v = float2{v.x * scale, v.y * scale};
+                    piece.tiles[0][t].data[k] = convert<typename decltype(piece)::T2>(v);
+                }
+            warpgroup::store(buf, piece);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // generic writes -> TMA reads
+            warpgroup::sync(c.consumer + 1);
+            if (leader) {
+                tma::store_async(c.g.c, buf, {c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * (BN / C_COLS) + j});
+                tma::store_commit_group();
+            }
+        }
+    }
+};
+
+} // namespace tk_gemm

@@ -1,0 +1,29 @@
+// Shared host plumbing for the GEMM translation units: build (or reuse) a kernel's globals and launch it.
+#pragma once
+
+#include "common/globals_cache.cuh"
+#include "gemm_kernel.cuh"
+
+namespace tk_gemm {
+
+template <typename G>
+cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int K, const float *scale_a,
+                        const float *scale_b, cudaStream_t stream) {
+    using TI = typename G::a_gl::T;
+    using TO = typename G::c_gl::T;
+    static tk_kernels::globals_cache<typename G::globals> cache;
+    typename tk_kernels::globals_cache<typename G::globals>::key_t key = {
+        uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(M), uint64_t(N), uint64_t(K), uint64_t(scale_a), uint64_t(scale_b)};
+    typename G::globals g = cache.get(key, [&] {
+        auto *pa = reinterpret_cast<TI *>(const_cast<void *>(a));
+        auto *pb = reinterpret_cast<TI *>(const_cast<void *>(b));
+        typename G::a_gl ga = G::A_KMAJOR ? typename G::a_gl(pa, 1, 1, M, K) : typename G::a_gl(pa, 1, 1, K, M);
+        typename G::b_gl gb = G::B_KMAJOR ? typename G::b_gl(pb, 1, 1, N, K) : typename G::b_gl(pb, 1, 1, K, N);
+        typename G::c_gl gc(reinterpret_cast<TO *>(c), 1, 1, M, N);
+        return typename G::globals{ga, gb, gc, (M + G::BM - 1) / G::BM, (N + G::BLOCK_N - 1) / G::BLOCK_N,
+                                   (K + G::BK - 1) / G::BK, scale_a, scale_b};
+    });
+    return kittens::lcsf::launch<G>(g, g.tiles_m * g.tiles_n, stream);
+}
+
+} // namespace tk_gemm

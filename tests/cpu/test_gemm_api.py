@@ -1,0 +1,64 @@
+"""GEMM API checks that need no GPU: argument validation and the ops' fake (meta) implementations."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops.errors import DTypeError, InputError
+
+
+def bf16(*shape):
+    return torch.randn(*shape).bfloat16()
+
+
+def test_matmul_rejects_wrong_dtype():
+    with pytest.raises(DTypeError, match="bfloat16"):
+        tk_ops.matmul(torch.randn(16, 16), bf16(16, 16))
+
+
+def test_matmul_rejects_inner_mismatch():
+    with pytest.raises(InputError, match="inner dimensions"):
+        tk_ops.matmul(bf16(16, 24), bf16(16, 16))
+
+
+@pytest.mark.parametrize("k,n", [(12, 16), (16, 3071)])
+def test_matmul_names_the_tma_rule(k, n):
+    with pytest.raises(InputError, match="multiple of 8.*16 bytes"):
+        tk_ops.matmul(bf16(16, k), bf16(k, n))
+
+
+def test_matmul_rejects_cpu_tensors():
+    with pytest.raises(ValueError, match="(?i)cuda|cpu"):
+        tk_ops.matmul(bf16(16, 16), bf16(16, 16))
+
+
+def test_scaled_mm_layout_rules():
+    a = torch.randn(32, 64).to(torch.float8_e4m3fn)
+    w = torch.randn(48, 64).to(torch.float8_e4m3fn)
+    s = torch.ones(1)
+    with pytest.raises(InputError, match="column-major"):
+        tk_ops.scaled_mm(a, w.t().contiguous(), s, s)
+    with pytest.raises(InputError, match="multiple of 16"):
+        tk_ops.scaled_mm(torch.randn(32, 40).to(torch.float8_e4m3fn),
+                         torch.randn(48, 40).to(torch.float8_e4m3fn).t(), s, s)
+    with pytest.raises(InputError, match="out_dtype"):
+        tk_ops.scaled_mm(a, w.t(), s, s, out_dtype=torch.int32)
+
+
+def test_fake_implementations_give_shapes():
+    a = torch.empty(100, 64, device="meta", dtype=torch.bfloat16)
+    b = torch.empty(64, 72, device="meta", dtype=torch.bfloat16)
+    out = torch.ops.tk_ops.matmul(a, b)
+    assert out.shape == (100, 72) and out.dtype == torch.bfloat16
+    a8 = torch.empty(100, 64, device="meta", dtype=torch.float8_e4m3fn)
+    s = torch.empty(1, device="meta")
+    out8 = torch.ops.tk_ops.scaled_mm(a8, a8.t()[:, :48], s, s, torch.float16)
+    assert out8.shape == (100, 48) and out8.dtype == torch.float16
+
+
+def test_linear_checks_feature_multiples():
+    with pytest.raises(InputError, match="multiple of 8"):
+        tk_ops.nn.Linear(100, 12)
+    layer = tk_ops.nn.Linear(16, 24)
+    assert layer.weight.dtype == torch.bfloat16 and layer.weight.shape == (24, 16)
+    with pytest.raises(DTypeError, match="bfloat16"):
+        layer(torch.randn(3, 16))

@@ -1,0 +1,17 @@
+import pytest
+import torch
+
+from .conftest import poison
+from .util import assert_close
+
+
+@pytest.mark.parametrize("rows,cols", [(128, 64), (128 * 300, 64 * 7), (1000, 520), (64, 64 * 20)])
+def test_lcsf_toy_block_sum(tk, rows, cols):
+    x = torch.randn(rows, cols, device="cuda")
+    out = poison(torch.empty(rows, 64, device="cuda"))
+    tk.run("lcsf_toy/block_sum", x, out, args=(rows, cols))
+    blocks = (cols + 63) // 64
+    padded = torch.zeros(rows, blocks * 64, device="cuda", dtype=torch.float64)
+    padded[:, :cols] = x.double()
+    ref = padded.view(rows, blocks, 64).sum(1)
+    assert_close(out, ref, 1e-6, "LCSF block sum")
