@@ -1,0 +1,19 @@
+"""tk_ops: fast Hopper (H100/H200) kernels written with a tile library, callable from PyTorch.
+
+    import tk_ops
+    c = tk_ops.matmul(a, b)                         # bf16 GEMM
+    y = tk_ops.scaled_mm(a8, b8_t.t(), sa, sb)      # fp8 e4m3 GEMM, like torch._scaled_mm
+    layer = tk_ops.nn.Linear(4096, 4096)            # drop-in for torch.nn.Linear
+    tk_ops.reference                                # float64 PyTorch references of every op
+
+Importing never needs the compiled extension; ops load it on first use and raise a clear error
+(see tk_ops.errors) when it is missing, lacks the op's kernel family, or the GPU is not sm_90.
+"""
+__version__ = "0.1.0"
+
+from . import errors
+from .errors import TkOpsError
+from .gemm import matmul, scaled_mm
+from . import nn, reference
+
+__all__ = ["matmul", "scaled_mm", "nn", "reference", "errors", "TkOpsError", "__version__"]

@@ -1,0 +1,73 @@
+"""Builds tk_ops: the Python package plus one CUDA extension, tk_ops._C, holding the kernel
+families selected in configs.py.
+
+    pip install --no-build-isolation .
+
+(--no-build-isolation so the extension compiles against the torch already installed.)
+Parallel compile jobs: MAX_JOBS, else one per CPU core.
+"""
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).resolve().parent
+
+
+def load_build_config():
+    # By path: importing the tk_ops package itself would need the extension being built here.
+    spec = importlib.util.spec_from_file_location("_tk_ops_build_config", ROOT / "python" / "tk_ops" / "_build_config.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up while building classes
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_version():
+    text = (ROOT / "python" / "tk_ops" / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+
+
+build_config = load_build_config()
+try:
+    build_plan = build_config.plan(ROOT, build_config.read_selection(ROOT))
+except build_config.BuildConfigError as e:
+    sys.exit(f"error: {e}")
+
+# Imported after the selection check so a bad configs.py is reported even without torch.
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension  # noqa: E402
+
+# torch guesses CUDA_HOME from the nvcc on PATH; a wrapper script there makes it guess wrong.
+if CUDA_HOME is None or not (Path(CUDA_HOME) / "include" / "cuda_runtime_api.h").is_file():
+    sys.exit(f"error: no CUDA toolkit at CUDA_HOME={CUDA_HOME!r}; `source env.src` (or export CUDA_HOME=/usr/local/cuda) "
+             "and run the install again")
+
+os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+
+print(f"tk_ops: building kernel families {list(build_plan.families)} "
+      f"({len(build_plan.sources)} sources, MAX_JOBS={os.environ['MAX_JOBS']})")
+
+setup(
+    name="tk_ops",
+    version=read_version(),
+    description="Tile-based CUDA kernels for Hopper GPUs (H100/H200), callable from PyTorch",
+    package_dir={"": "python"},
+    packages=find_packages("python"),
+    ext_modules=[
+        CUDAExtension(
+            name="tk_ops._C",
+            sources=list(build_plan.sources),
+            include_dirs=build_config.include_dirs(ROOT),
+            extra_compile_args={"cxx": [*build_config.CXX_FLAGS, build_plan.define],
+                                "nvcc": list(build_config.NVCC_FLAGS)},
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    python_requires=">=3.10",
+    install_requires=["torch", "numpy"],
+    extras_require={"bench": ["matplotlib", "tqdm"], "test": ["pytest"]},
+    zip_safe=False,
+)
