@@ -2,6 +2,7 @@
 //
 // The Python wrappers (python/tk_ops/gemm.py) validate arguments with friendly messages first; the checks
 // here are the last line of defence, so that nothing reaching a kernel can fault or write out of bounds.
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>

@@ -18,7 +18,8 @@ using namespace kittens;
 
 enum class major { k, mn };
 
-template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int SUPER_M = 16>
+template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
+          int SUPER_M = 16>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
@@ -28,7 +29,10 @@ struct gemm {
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
     static constexpr int BM = 64 * NUM_CONSUMERS, BLOCK_N = BN;
     static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice
-    static constexpr int C_COLS = 64;                   // epilogue piece width
+    static constexpr int C_COLS = C_PIECE;               // epilogue piece width
+    static constexpr int PIECES = BN / C_COLS;
+    static constexpr int C_BUFFERS = PIECES > 1 ? 2 : 1; // double-buffer pieces; a whole tile needs one
+    static_assert(BN % C_COLS == 0, "the epilogue piece width must divide the block width");
 
     using a_tile = std::conditional_t<A_MAJOR == major::k, st<T_IN, 64, BK>, st<T_IN, BK, 64>>;
     using b_tile = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, BK>, st<T_IN, BK, BN>>;
@@ -49,7 +53,7 @@ struct gemm {
         b_tile b;
     };
     struct output_block {
-        c_tile c[NUM_CONSUMERS][2];
+        c_tile c[NUM_CONSUMERS][C_BUFFERS];
     };
     struct consumer_state {
         rt_fl<16, BN> acc;
@@ -88,13 +92,11 @@ struct gemm {
 
     __device__ static inline void compute(lcsf::consumer_args<gemm> &c) {
         auto &a = c.input.a[c.consumer];
-        warpgroup::mma_fence(c.state.acc);
         if constexpr (A_MAJOR == major::k && B_MAJOR == major::k) warpgroup::mma_ABt(c.state.acc, a, c.input.b);
         else if constexpr (A_MAJOR == major::k) warpgroup::mma_AB(c.state.acc, a, c.input.b);
         else if constexpr (B_MAJOR == major::k) warpgroup::mma_AtBt(c.state.acc, a, c.input.b);
         else warpgroup::mma_AtB(c.state.acc, a, c.input.b);
-        warpgroup::mma_commit_group();
-        warpgroup::mma_async_wait<0>(); // the stage is handed back as soon as this returns
+        warpgroup::mma_async_wait<0>(c.state.acc); // the stage is handed back as soon as this returns
     }
 
     __device__ static inline void finish(lcsf::consumer_args<gemm> &c) {
@@ -106,9 +108,9 @@ struct gemm {
         const bool leader = warpgroup::laneid() == 0;
         rt<T_OUT, 16, C_COLS> piece;
 #pragma unroll
-        for (int j = 0; j < BN / C_COLS; j++) {
-            c_tile &buf = c.output.c[c.consumer][j & 1];
-            if (leader) tma::store_async_read_wait<1>(); // the store that last used `buf` has read it
+        for (int j = 0; j < PIECES; j++) {
+            c_tile &buf = c.output.c[c.consumer][j % C_BUFFERS];
+            if (leader) tma::store_async_read_wait<C_BUFFERS - 1>(); // the store that last used `buf` has read it
             warpgroup::sync(c.consumer + 1);
 #pragma unroll
             for (int t = 0; t < C_COLS / 16; t++)
@@ -122,7 +124,7 @@ struct gemm {
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // generic writes -> TMA reads
             warpgroup::sync(c.consumer + 1);
             if (leader) {
-                tma::store_async(c.g.c, buf, {c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * (BN / C_COLS) + j});
+                tma::store_async(c.g.c, buf, {c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * PIECES + j});
                 tma::store_commit_group();
             }
         }

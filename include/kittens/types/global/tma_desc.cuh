@@ -47,6 +47,14 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
     return fn;
 }
 
+// Driver calls act on the calling thread's current context, which a thread that has only used the
+// runtime so far may not have (PyTorch's autograd threads, for one). Setting the runtime's current device
+// binds that device's primary context to this thread.
+inline void bind_current_context() {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaSetDevice(dev);
+}
+
 inline void check_encode(CUresult r, const char *what) {
     if (r != CUDA_SUCCESS)
         throw std::runtime_error(std::string("kittens: cuTensorMapEncodeTiled failed for a ") + what +
@@ -62,6 +70,7 @@ inline void make_tile_map(CUtensorMap *map, const T *ptr, const uint64_t dims[4]
     cuuint64_t gstride[3] = {strides[0] * sizeof(T), strides[1] * sizeof(T), strides[2] * sizeof(T)};
     cuuint32_t box[4] = {cuuint32_t(ST::swizzle_elements), cuuint32_t(ST::rows), 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
+    bind_current_context();
     CUresult r = encode_tiled()(map, data_type<typename ST::T>(), 4, const_cast<T *>(ptr), gdim, gstride, box, estride,
                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_mode<ST::swizzle_bytes>(),
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -77,6 +86,7 @@ inline void make_vec_map(CUtensorMap *map, const T *ptr, const uint64_t dims[4],
     cuuint64_t gstride[3] = {strides[0] * sizeof(T), strides[1] * sizeof(T), strides[2] * sizeof(T)};
     cuuint32_t box[4] = {cuuint32_t(SV::length), 1, 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
+    bind_current_context();
     CUresult r = encode_tiled()(map, data_type<typename SV::T>(), 4, const_cast<T *>(ptr), gdim, gstride, box, estride,
                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
