@@ -61,13 +61,18 @@ setup(
             name="tk_ops._C",
             sources=list(build_plan.sources),
             include_dirs=build_config.include_dirs(ROOT),
-            extra_compile_args={"cxx": [*build_config.CXX_FLAGS, build_plan.define],
+            extra_compile_args={"cxx": [*build_config.CXX_FLAGS, build_plan.define,
+                                        *(f"-idirafter{d}" for d in build_config.cuda_wheel_include_dirs())],
                                 "nvcc": list(build_config.NVCC_FLAGS)},
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
     install_requires=["torch", "numpy"],
-    extras_require={"bench": ["matplotlib", "tqdm"], "test": ["pytest"]},
+    extras_require={
+        "bench": ["matplotlib", "tqdm"],
+        # cuobjdump/nvdisasm: the SASS checks in tests/cpu read the compiled kernels' instructions
+        "test": ["pytest", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"],
+    },
     zip_safe=False,
 )

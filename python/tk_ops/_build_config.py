@@ -10,6 +10,7 @@ families to build in `KERNELS`.
 """
 from __future__ import annotations
 
+import importlib.util
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ NVCC_FLAGS = (
     "-O3",
     "--expt-relaxed-constexpr",
     "-DNDEBUG",
-    "-diag-suppress=20012",  # "annotation ignored on a defaulted function", raised by library headers
+    "-diag-suppress=20012",  # "__host__ annotation ignored on an explicitly defaulted function" (CUDA headers)
 )
 CXX_FLAGS = ("-std=c++20", "-O3", "-DNDEBUG")
 # Macro through which kernels/module.cpp learns the family names, as one C string literal.
@@ -48,6 +49,17 @@ class BuildPlan:
 def include_dirs(root: Path) -> list[str]:
     """The header library and the kernels folder (so kernels can share headers as "common/x.cuh")."""
     return [str(Path(root) / "include" / "kittens"), str(Path(root) / "kernels")]
+
+
+def cuda_wheel_include_dirs() -> list[str]:
+    """Header folders of the CUDA library wheels installed with torch (nvidia-cublas, -cusparse, ...).
+    torch's ATen/cuda headers include cublas and cusparse headers that a minimal CUDA toolkit lacks;
+    host compiles search these folders last (-idirafter), so the toolkit's own headers still win."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return sorted({str(p) for loc in spec.submodule_search_locations for p in Path(loc).glob("*/include")
+                   if p.is_dir()})
 
 
 def family_sources(root: Path, family: str) -> list[str]:

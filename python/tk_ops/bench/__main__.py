@@ -1,0 +1,60 @@
+"""python -m tk_ops.bench <family> [--backward] [--out DIR] [--quick] [--reps N]"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+from . import core
+
+NOT_FAMILIES = {"core"}
+
+
+def families() -> list[str]:
+    """Benchmark modules in this package: one per kernel family."""
+    return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+                  if not m.name.startswith("_") and m.name not in NOT_FAMILIES)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tk_ops.bench",
+                                description="Time tk_ops kernels against their PyTorch peers (TFLOP/s).")
+    p.add_argument("family", choices=families(), help="kernel family to benchmark")
+    p.add_argument("--backward", action="store_true", help="time the backward pass instead of the forward")
+    p.add_argument("--out", type=Path, default=Path("bench_out"),
+                   help="folder for <family>.json and <family>.png (default: bench_out/)")
+    p.add_argument("--quick", action="store_true", help="a few sizes and fewer repetitions, for a smoke test")
+    p.add_argument("--reps", type=int, default=None, help="timed calls per measurement (median kept)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("error: the benchmarks need a CUDA GPU (tk_ops kernels run on H100/H200), and torch sees none",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"{__package__}.{args.family}")
+    cases = module.cases(quick=args.quick, backward=args.backward)
+    reps = args.reps or (10 if args.quick else 30)
+    warmup = 3 if args.quick else 10
+    rows = core.run_cases(cases, reps=reps, warmup=warmup)
+
+    env = core.environment()
+    stem = args.family + ("_backward" if args.backward else "")
+    title = f"{module.TITLE}{' (backward)' if args.backward else ''} on {env['device']}"
+    core.write_json(args.out / f"{stem}.json", args.family, rows,
+                    {**env, "backward": args.backward, "quick": args.quick, "reps": reps})
+    plotted = core.write_plot(args.out / f"{stem}.png", title, rows)
+    print(f"{title}; median of {reps} calls, torch {env['torch']}")
+    print(core.format_table(rows))
+    print(f"saved {args.out / (stem + '.json')}" + (f" and {stem}.png" if plotted else " (no plot: matplotlib missing)"))
+    # A run where our kernels failed is not a benchmark result: say so in the exit status.
+    return 1 if any(r.results[r.ours].error for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

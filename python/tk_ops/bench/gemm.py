@@ -1,0 +1,65 @@
+"""GEMM benchmark: tk_ops.matmul against torch.matmul (cuBLAS) in bf16, and tk_ops.scaled_mm
+against torch._scaled_mm in fp8 e4m3 (per-tensor scales, bf16 output). FLOPs = 2*M*N*K.
+
+--backward times the gradients of a bf16 matmul (dA = dC @ B^T and dB = A^T @ dC, 4*M*N*K
+FLOPs) through autograd; fp8 has no backward op, so it is left out then.
+"""
+from __future__ import annotations
+
+import torch
+
+from .core import Case, Impl, backward_of
+
+TITLE = "GEMM C = A @ B"
+SIZES = [(n, n, n) for n in (1024, 2048, 4096, 8192, 16384)] + [
+    (4096, 4096, 256), (4096, 4096, 1024), (8192, 8192, 1024)]
+QUICK_SIZES = [(1024, 1024, 1024), (4096, 4096, 4096), (4096, 4096, 256)]
+
+
+def _label(m: int, n: int, k: int) -> str:
+    return f"{m}x{n}x{k}"
+
+
+def bf16_case(m: int, n: int, k: int, backward: bool) -> Case:
+    import tk_ops
+
+    def make_inputs():
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+        return a, b
+
+    impls = [("tk_ops", tk_ops.matmul, True), ("torch", torch.matmul, False)]
+    if backward:
+        timed = [(name, *backward_of(f), ours) for name, f, ours in impls]
+        return Case("bf16 backward", _label(m, n, k), (m, n, k), 4.0 * m * n * k, make_inputs,
+                    [Impl(name, fn, ours, setup=setup) for name, setup, fn, ours in timed])
+    return Case("bf16", _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
+                [Impl(name, f, ours) for name, f, ours in impls])
+
+
+def fp8_case(m: int, n: int, k: int) -> Case:
+    import tk_ops
+
+    def make_inputs():
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b_t = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)  # (N, K) row-major: b is b_t.t()
+        scale_a = torch.rand((), device="cuda") + 0.5
+        scale_b = torch.rand((), device="cuda") + 0.5
+        return a, b_t, scale_a, scale_b
+
+    def ours(a, b_t, scale_a, scale_b):
+        return tk_ops.scaled_mm(a, b_t.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+
+    def peer(a, b_t, scale_a, scale_b):
+        return torch._scaled_mm(a, b_t.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+
+    return Case("fp8 e4m3", _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
+                [Impl("tk_ops", ours, ours=True), Impl("torch._scaled_mm", peer)])
+
+
+def cases(quick: bool = False, backward: bool = False) -> list[Case]:
+    sizes = QUICK_SIZES if quick else SIZES
+    out = [bf16_case(*s, backward) for s in sizes]
+    if not backward:
+        out += [fp8_case(*s) for s in sizes]
+    return out

@@ -1,0 +1,81 @@
+"""The kernels compile to the instructions they were written for, without register spills.
+
+Each listed source is compiled to a cubin with the extension's flags (the device-code files include
+no torch headers); cuobjdump's SASS must contain every required opcode (e.g. HGMMA: the bf16
+wgmma; QGMMA: the fp8 one; UTMALDG: TMA loads), and ptxas must report 0 bytes of spill stores and
+loads for every function. A kernel whose wgmma silently fell back to mma.sync, or whose
+accumulators spill to local memory, still computes the right answer but loses most of its speed;
+these checks catch that on a machine without a GPU.
+"""
+import re
+
+import pytest
+
+from tk_ops import _build_config as config
+
+from .toolchain import ROOT, find_cuobjdump, find_nvcc, run
+
+# source (relative to the repository root) -> SASS opcodes it must contain
+REQUIRED_SASS = {
+    "kernels/gemm/gemm_bf16.cu": ["HGMMA", "UTMALDG"],
+    "kernels/gemm/gemm_fp8.cu": ["QGMMA", "UTMALDG"],
+}
+
+
+@pytest.fixture(scope="module")
+def tools():
+    nvcc, cuobjdump = find_nvcc(), find_cuobjdump()
+    if nvcc is None:
+        pytest.skip("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    return nvcc, cuobjdump
+
+
+@pytest.fixture(scope="module", params=sorted(REQUIRED_SASS))
+def compiled(request, tools, tmp_path_factory):
+    """(source, SASS text, ptxas report) for one source, compiled once per test module."""
+    source = request.param
+    if not (ROOT / source).is_file():
+        pytest.skip(f"{source} does not exist yet")
+    nvcc, cuobjdump = tools
+    cubin = tmp_path_factory.mktemp("sass") / (ROOT / source).with_suffix(".cubin").name
+    cmd = [nvcc, *config.NVCC_FLAGS, *(f"-I{d}" for d in config.include_dirs(ROOT)),
+           "-cubin", "-Xptxas", "-v", "-o", str(cubin), source]
+    res = run(cmd)
+    assert res.returncode == 0, f"{source} does not compile:\n{(res.stdout + res.stderr)[-6000:]}"
+    dump = run([cuobjdump, "--dump-sass", str(cubin)])
+    assert dump.returncode == 0, f"cuobjdump failed on {cubin.name}:\n{dump.stderr[-2000:]}"
+    return source, dump.stdout, res.stdout + res.stderr
+
+
+def spills(ptxas_report: str) -> dict[str, tuple[int, int]]:
+    """Function name -> (spill store bytes, spill load bytes) from ptxas -v output."""
+    found = {}
+    for m in re.finditer(r"Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes spill stores, (\d+) bytes spill loads",
+                         ptxas_report):
+        found[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return found
+
+
+def test_required_opcodes(compiled):
+    source, sass, _ = compiled
+    missing = [op for op in REQUIRED_SASS[source] if not re.search(rf"\b{op}\b", sass)]
+    assert not missing, f"{source}: SASS has no {', '.join(missing)}"
+
+
+def test_no_register_spills(compiled):
+    source, _, report = compiled
+    per_function = spills(report)
+    assert per_function, f"{source}: no function properties in the ptxas report:\n{report[-3000:]}"
+    spilling = {name: s for name, s in per_function.items() if s != (0, 0)}
+    assert not spilling, f"{source}: functions spill (store, load bytes): {spilling}"
+
+
+def test_spill_report_parsing():
+    # The parser itself: a report with a spilling function must be read as spilling.
+    report = ("ptxas info    : Function properties for _Z3fooPf\n"
+              "    8 bytes stack frame, 12 bytes spill stores, 16 bytes spill loads\n"
+              "ptxas info    : Function properties for _Z3barPf\n"
+              "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n")
+    assert spills(report) == {"_Z3fooPf": (12, 16), "_Z3barPf": (0, 0)}
