@@ -8,6 +8,8 @@
 #include "../../common/common.cuh"
 #include "../../types/types.cuh"
 #include "../warp/warp.cuh"
+// Namespace-level pieces of the wgmma members (descriptors, raw instruction wrappers).
+#include "wgmma/issue.cuh"
 
 namespace kittens {
 
@@ -27,6 +29,7 @@ template <int N_WARPS> struct group {
 #include "memory/memory.cuh"
 #include "shared/shared.cuh"
 #include "wgmma/wgmma.cuh"
+#include "wgmma/setmaxnreg.cuh"
 };
 
 using warpgroup = group<4>;

@@ -66,6 +66,7 @@ inline void check_encode(CUresult r, const char *what) {
 template <ducks::st::all ST, typename T>
 inline void make_tile_map(CUtensorMap *map, const T *ptr, const uint64_t dims[4], const uint64_t strides[3]) {
     static_assert(sizeof(T) == sizeof(typename ST::T), "tensor map element size must match the tile's");
+    static_assert(ST::rows <= 256, "a TMA box is at most 256 rows: a gl cannot carry a map for a taller tile");
     cuuint64_t gdim[4] = {dims[0], dims[1], dims[2], dims[3]};
     cuuint64_t gstride[3] = {strides[0] * sizeof(T), strides[1] * sizeof(T), strides[2] * sizeof(T)};
     cuuint32_t box[4] = {cuuint32_t(ST::swizzle_elements), cuuint32_t(ST::rows), 1, 1};
