@@ -61,12 +61,14 @@ def test_wgmma(tk, case, mode):
     assert_close(d, want, tol, f"{form} {dt} {src} H{H} N{N} K{K} {mode}")
 
 
-@pytest.mark.parametrize("shape", [(256, 256, 512), (200, 320, 200), (128, 128, 64)], ids=lambda s: "x".join(map(str, s)))
-def test_pipelined_gemm(tk, shape):
+@pytest.mark.parametrize("overlap", [False, True], ids=["wait0", "wait1"])
+@pytest.mark.parametrize("shape", [(256, 256, 512), (200, 320, 200), (128, 128, 64), (384, 512, 1024)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_pipelined_gemm(tk, shape, overlap):
     """TMA ring + semaphores + setmaxnreg + wgmma + TMA store (kernels/wgmma_pipeline.cu)."""
     M, N, K = shape
     a = operand((M, K), torch.bfloat16)
     b = operand((N, K), torch.bfloat16)
     c = poison(torch.empty(M, N, device="cuda"))
-    tk.run("wgmma_pipeline/bf16_abt", a, b, c, args=(M, N, K))
+    tk.run("wgmma_pipeline/bf16_abt" + ("_overlap" if overlap else ""), a, b, c, args=(M, N, K))
     assert_close(c, a.double() @ b.double().T, 1e-5, f"pipelined GEMM {M}x{N}x{K}")

@@ -25,6 +25,10 @@ struct smem_t {
                                                   semaphore[STAGES], semaphore[STAGES]>();
 };
 
+// overlap = false: each consumer waits for its wgmma group before releasing the stage.
+// overlap = true: it keeps one group in flight (mma_async_wait<1>) and releases the stage of the
+// previous iteration instead; correct only if every mma call commits exactly one group.
+template <bool overlap>
 __global__ __launch_bounds__((CONSUMERS + 1) * WARPGROUP_THREADS, 1) void gemm_kernel(const __grid_constant__ a_gl A,
                                                                                        const __grid_constant__ b_gl B,
                                                                                        const __grid_constant__ c_gl C) {
@@ -64,9 +68,15 @@ __global__ __launch_bounds__((CONSUMERS + 1) * WARPGROUP_THREADS, 1) void gemm_k
             wait(full[s], (k / STAGES) & 1);
             if (k == 0) warpgroup::mm_ABt(acc, as[s][c], bs[s]);
             else warpgroup::mma_ABt(acc, as[s][c], bs[s]);
-            warpgroup::mma_async_wait(acc);
-            if (laneid() == 0) arrive(empty[s]);
+            if constexpr (overlap) {
+                warpgroup::mma_async_wait<1>();
+                if (k > 0 && laneid() == 0) arrive(empty[(k - 1) % STAGES]);
+            } else {
+                warpgroup::mma_async_wait(acc);
+                if (laneid() == 0) arrive(empty[s]);
+            }
         }
+        if constexpr (overlap) warpgroup::mma_async_wait(acc); // the last stage is never reloaded
         // Accumulator -> shared tile (rt_layout.cuh order), then one TMA store for the slab.
         const int w = warpgroup::warpid(), g = laneid() / 4, t = laneid() % 4;
 #pragma unroll
@@ -88,17 +98,20 @@ __global__ __launch_bounds__((CONSUMERS + 1) * WARPGROUP_THREADS, 1) void gemm_k
 }
 
 // buffers: A (M, K) bf16, B (N, K) bf16, C (M, N) fp32; args: M, N, K
-int run_gemm(void **bufs, const long long *args) {
+template <bool overlap> int run_gemm(void **bufs, const long long *args) {
     const int M = int(args[0]), N = int(args[1]), K = int(args[2]);
     a_gl A(static_cast<bf16 *>(bufs[0]), 1, 1, M, K);
     b_gl B(static_cast<bf16 *>(bufs[1]), 1, 1, N, K);
     c_gl C(static_cast<float *>(bufs[2]), 1, 1, M, N);
-    if (int e = tk_test::launch_status(gemm_kernel, smem_t::bytes)) return e;
+    if (int e = tk_test::launch_status(gemm_kernel<overlap>, smem_t::bytes)) return e;
     dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
-    gemm_kernel<<<grid, (CONSUMERS + 1) * WARPGROUP_THREADS, smem_t::bytes>>>(A, B, C);
+    gemm_kernel<overlap><<<grid, (CONSUMERS + 1) * WARPGROUP_THREADS, smem_t::bytes>>>(A, B, C);
     return 0;
 }
 
 } // namespace
 
-TK_TEST_REGISTER(wgmma_pipeline) { tk_test::add("wgmma_pipeline/bf16_abt", &run_gemm); }
+TK_TEST_REGISTER(wgmma_pipeline) {
+    tk_test::add("wgmma_pipeline/bf16_abt", &run_gemm<false>);
+    tk_test::add("wgmma_pipeline/bf16_abt_overlap", &run_gemm<true>);
+}
