@@ -7,11 +7,28 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <string>
+#include <type_traits>
 #include <stdexcept>
 
 #include "gemm.h"
 
 namespace {
+
+// Argument errors are thrown as std::invalid_argument (torch raises them in Python as RuntimeError). The
+// message is assembled with std::string and std::to_string rather than a stream: on the device image, number
+// formatting through std::ostream inside this library (which TORCH_CHECK also uses) crashed the process,
+// apparently a mismatch between the libstdc++ headers built against and the one loaded at run time.
+inline std::string text(const char *s) { return s; }
+inline std::string text(const std::string &s) { return s; }
+template <typename T>
+    requires std::is_arithmetic_v<T>
+std::string text(T v) { return std::to_string(v); }
+
+template <typename... Parts> void require(bool ok, const Parts &...parts) {
+    if (ok) return;
+    throw std::invalid_argument((std::string() + ... + text(parts)));
+}
 
 bool aligned16(const at::Tensor &t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
@@ -25,24 +42,24 @@ bool rows_contiguous(at::Tensor &t, int64_t other_stride_rule) {
 }
 
 void check_cuda(cudaError_t e, const char *what) {
-    TORCH_CHECK(e == cudaSuccess, what, " failed: ", cudaGetErrorString(e));
+    require(e == cudaSuccess, what, " failed: ", cudaGetErrorString(e));
 }
 
 void check_common(const at::Tensor &a, const at::Tensor &b) {
-    TORCH_CHECK(a.is_cuda() && b.is_cuda(), "tk_ops: inputs must be CUDA tensors");
-    TORCH_CHECK(a.device() == b.device(), "tk_ops: inputs must be on the same device");
-    TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "tk_ops: matmul operands must be 2-D");
-    TORCH_CHECK(a.size(1) == b.size(0), "tk_ops: inner dimensions differ: a is ", a.sizes(), ", b is ", b.sizes());
+    require(a.is_cuda() && b.is_cuda(), "tk_ops: inputs must be CUDA tensors");
+    require(a.device() == b.device(), "tk_ops: inputs must be on the same device");
+    require(a.dim() == 2 && b.dim() == 2, "tk_ops: matmul operands must be 2-D");
+    require(a.size(1) == b.size(0), "tk_ops: inner dimensions differ: a is ", a.size(0), "x", a.size(1), ", b is ", b.size(0), "x", b.size(1));
 }
 
 at::Tensor matmul(const at::Tensor &a_in, const at::Tensor &b_in) {
     check_common(a_in, b_in);
-    TORCH_CHECK(a_in.scalar_type() == at::kBFloat16 && b_in.scalar_type() == at::kBFloat16,
+    require(a_in.scalar_type() == at::kBFloat16 && b_in.scalar_type() == at::kBFloat16,
                 "tk_ops.matmul: operands must be bfloat16");
     const int64_t M = a_in.size(0), K = a_in.size(1), N = b_in.size(1);
-    TORCH_CHECK(K % 8 == 0 && N % 8 == 0,
+    require(K % 8 == 0 && N % 8 == 0,
                 "tk_ops.matmul: K and N must be multiples of 8 (TMA needs 16-byte row strides); got K=", K, ", N=", N);
-    TORCH_CHECK(M < (1ll << 31) && N < (1ll << 31) && K < (1ll << 31), "tk_ops.matmul: dimensions must be below 2^31");
+    require(M < (1ll << 31) && N < (1ll << 31) && K < (1ll << 31), "tk_ops.matmul: dimensions must be below 2^31");
     const c10::cuda::CUDAGuard guard(a_in.device());
     at::Tensor out = at::empty({M, N}, a_in.options());
     if (M == 0 || N == 0) return out;
@@ -59,24 +76,24 @@ at::Tensor matmul(const at::Tensor &a_in, const at::Tensor &b_in) {
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
                      at::ScalarType out_dtype) {
     check_common(a, b);
-    TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
+    require(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
                 "tk_ops.scaled_mm: operands must be torch.float8_e4m3fn");
     const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-    TORCH_CHECK(K % 16 == 0 && N % 8 == 0,
+    require(K % 16 == 0 && N % 8 == 0,
                 "tk_ops.scaled_mm: K must be a multiple of 16 and N a multiple of 8 (TMA needs 16-byte row strides); got K=",
                 K, ", N=", N);
-    TORCH_CHECK(a.is_contiguous() && aligned16(a), "tk_ops.scaled_mm: a must be row-major (contiguous)");
-    TORCH_CHECK(b.t().is_contiguous() && aligned16(b),
+    require(a.is_contiguous() && aligned16(a), "tk_ops.scaled_mm: a must be row-major (contiguous)");
+    require(b.t().is_contiguous() && aligned16(b),
                 "tk_ops.scaled_mm: b must be column-major, i.e. the transpose of a contiguous (N, K) tensor");
     for (const at::Tensor *s : {&scale_a, &scale_b}) {
-        TORCH_CHECK(s->numel() == 1 && s->scalar_type() == at::kFloat && s->device() == a.device(),
+        require(s->numel() == 1 && s->scalar_type() == at::kFloat && s->device() == a.device(),
                     "tk_ops.scaled_mm: scales must be single-element float32 tensors on the operands' device");
     }
     tk_gemm::out_dtype od;
     if (out_dtype == at::kBFloat16) od = tk_gemm::out_dtype::bf16;
     else if (out_dtype == at::kHalf) od = tk_gemm::out_dtype::fp16;
     else if (out_dtype == at::kFloat) od = tk_gemm::out_dtype::fp32;
-    else TORCH_CHECK(false, "tk_ops.scaled_mm: out_dtype must be bfloat16, float16 or float32");
+    else require(false, "tk_ops.scaled_mm: out_dtype must be bfloat16, float16 or float32");
     const c10::cuda::CUDAGuard guard(a.device());
     at::Tensor out = at::empty({M, N}, a.options().dtype(out_dtype));
     if (M == 0 || N == 0) return out;

@@ -2,9 +2,10 @@
 //
 // Each task is a (64 * NUM_CONSUMERS) x BN block of C. The producer streams K-slices of A and B through the
 // shared-memory ring with TMA; each consumer warpgroup owns 64 rows and runs wgmma straight from the
-// swizzled tiles; the finish hook writes the block out through shared memory with TMA stores, 64 columns at
-// a time through a double buffer so the epilogue needs 16 KB of shared memory instead of 64 KB (which buys
-// the fourth ring stage).
+// swizzled tiles, keeping one stage's wgmma group in flight while it waits for the next stage.
+// At the end of a task the accumulators are converted to the output type in registers (finish); the block is
+// written out (store: shared tile, then TMA) only after the next task's first wgmma has been issued, so the
+// tensor cores keep working through the epilogue.
 //
 // Operands may sit in memory either way round ("K-major": K is the contiguous axis, as in an (M, K)
 // row-major A or an nn.Linear weight (N, K); "MN-major": the other way). wgmma reads both from shared
@@ -25,7 +26,7 @@ struct gemm {
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
-    static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = STAGES;
+    static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
     static constexpr int BM = 64 * NUM_CONSUMERS, BLOCK_N = BN;
     static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice
@@ -57,6 +58,7 @@ struct gemm {
     };
     struct consumer_state {
         rt_fl<16, BN> acc;
+        rt<T_OUT, 16, BN> out; // the finished block, waiting for store()
     };
     struct task {
         int m, n, iters;
@@ -88,23 +90,55 @@ struct gemm {
         else tma::load_async(p.input.b, p.g.b, {p.iter, p.task.n}, p.arrived);
     }
 
-    __device__ static inline void setup(lcsf::consumer_args<gemm> &c) { zero(c.state.acc); }
+    __device__ static inline void setup(lcsf::consumer_args<gemm> &) {}
 
+    // Issue this stage's wgmma group (overwriting the accumulators on the first stage), then wait for the
+    // previous stage's group, whose stage the template hands back.
     __device__ static inline void compute(lcsf::consumer_args<gemm> &c) {
         auto &a = c.input.a[c.consumer];
-        if constexpr (A_MAJOR == major::k && B_MAJOR == major::k) warpgroup::mma_ABt(c.state.acc, a, c.input.b);
-        else if constexpr (A_MAJOR == major::k) warpgroup::mma_AB(c.state.acc, a, c.input.b);
-        else if constexpr (B_MAJOR == major::k) warpgroup::mma_AtBt(c.state.acc, a, c.input.b);
-        else warpgroup::mma_AtB(c.state.acc, a, c.input.b);
-        warpgroup::mma_async_wait<0>(c.state.acc); // the stage is handed back as soon as this returns
+        auto &b = c.input.b;
+        auto &acc = c.state.acc;
+        if (c.iter == 0) {
+            if constexpr (A_KMAJOR && B_KMAJOR) warpgroup::mm_ABt(acc, a, b);
+            else if constexpr (A_KMAJOR) warpgroup::mm_AB(acc, a, b);
+            else if constexpr (B_KMAJOR) warpgroup::mm_AtBt(acc, a, b);
+            else warpgroup::mm_AtB(acc, a, b);
+        } else {
+            if constexpr (A_KMAJOR && B_KMAJOR) warpgroup::mma_ABt(acc, a, b, wgmma::chained);
+            else if constexpr (A_KMAJOR) warpgroup::mma_AB(acc, a, b, wgmma::chained);
+            else if constexpr (B_KMAJOR) warpgroup::mma_AtBt(acc, a, b, wgmma::chained);
+            else warpgroup::mma_AtB(acc, a, b, wgmma::chained);
+        }
+        warpgroup::mma_async_wait<1>();
     }
 
+    __device__ static inline void drain(lcsf::consumer_args<gemm> &c) { warpgroup::mma_async_wait<0>(c.state.acc); }
+
+    // Accumulators -> output type (with the fp8 scales), in registers.
     __device__ static inline void finish(lcsf::consumer_args<gemm> &c) {
         float scale = 1.f;
         if constexpr (FP8) {
             if (c.g.scale_a) scale *= *c.g.scale_a;
             if (c.g.scale_b) scale *= *c.g.scale_b;
         }
+#pragma unroll
+        for (int t = 0; t < BN / 16; t++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 v = c.state.acc.tiles[0][t].data[k];
+                if constexpr (FP8) v = float2{v.x * scale, v.y * scale};
+                c.state.out.tiles[0][t].data[k] = convert<typename rt<T_OUT, 16, BN>::T2>(v);
+            }
+        // Pin the converted values here: otherwise the compiler may sink the conversion past the next task's
+        // first wgmma, which overwrites the accumulators (ptxas then has to wait for that wgmma to finish).
+        static_assert(sizeof(c.state.out) % 4 == 0);
+        uint32_t *words = reinterpret_cast<uint32_t *>(&c.state.out);
+#pragma unroll
+        for (int w = 0; w < int(sizeof(c.state.out) / 4); w++) asm volatile("" : "+r"(words[w])::"memory");
+    }
+
+    // The finished block -> shared memory -> global memory, C_COLS columns at a time.
+    __device__ static inline void store(lcsf::consumer_args<gemm> &c) {
         const bool leader = warpgroup::laneid() == 0;
         rt<T_OUT, 16, C_COLS> piece;
 #pragma unroll
@@ -113,13 +147,7 @@ struct gemm {
             if (leader) tma::store_async_read_wait<C_BUFFERS - 1>(); // the store that last used `buf` has read it
             warpgroup::sync(c.consumer + 1);
 #pragma unroll
-            for (int t = 0; t < C_COLS / 16; t++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    float2 v = c.state.acc.tiles[0][j * (C_COLS / 16) + t].data[k];
-                    if constexpr (FP8) v = float2{v.x * scale, v.y * scale};
-                    piece.tiles[0][t].data[k] = convert<typename decltype(piece)::T2>(v);
-                }
+            for (int t = 0; t < C_COLS / 16; t++) piece.tiles[0][t] = c.state.out.tiles[0][j * (C_COLS / 16) + t];
             warpgroup::store(buf, piece);
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // generic writes -> TMA reads
             warpgroup::sync(c.consumer + 1);

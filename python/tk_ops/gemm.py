@@ -31,12 +31,22 @@ def _matmul_setup(ctx, inputs, output):
     ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
 
 
+def _matmul_any_k(a, b):
+    """The op for a contraction length that may break the 8-element rule (dB = A^T @ dC contracts over M,
+    which is any size): zero-padding K changes no product, so pad it when needed."""
+    pad = -a.shape[1] % 8
+    if pad:
+        a = torch.nn.functional.pad(a, (0, pad))
+        b = torch.nn.functional.pad(b, (0, 0, 0, pad))
+    return torch.ops.tk_ops.matmul(a, b)
+
+
 def _matmul_backward(ctx, grad):
     a, b = ctx.saved_tensors
     # dA = dC @ B^T and dB = A^T @ dC: the transposed views go to the kernel as they are (it reads either
-    # memory order), so no copies are made.
+    # memory order), so no copies are made unless M needs padding.
     grad_a = torch.ops.tk_ops.matmul(grad, b.t()) if ctx.needs_input_grad[0] else None
-    grad_b = torch.ops.tk_ops.matmul(a.t(), grad) if ctx.needs_input_grad[1] else None
+    grad_b = _matmul_any_k(a.t(), grad) if ctx.needs_input_grad[1] else None
     return grad_a, grad_b
 
 

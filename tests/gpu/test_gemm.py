@@ -70,6 +70,21 @@ def test_matmul_autograd():
     assert_close(b.grad, a.detach().double().t() @ g.double(), BF16_TOL, "dB")
 
 
+def test_raw_op_rejects_bad_k_with_an_exception():
+    a, b = make_operand(64, 300, False), make_operand(300, 64, False)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch.ops.tk_ops.matmul(a, b)
+
+
+@pytest.mark.parametrize("m", [300, 1, 64])
+def test_matmul_autograd_ragged_m(m):
+    a = make_operand(m, 64, False).requires_grad_()
+    b = make_operand(64, 72, False).requires_grad_()
+    g = torch.randn(m, 72, device="cuda").bfloat16()
+    tk_ops.matmul(a, b).backward(g)
+    assert_close(b.grad, a.detach().double().t() @ g.double(), BF16_TOL, "dB over ragged M")
+
+
 def test_matmul_grad_only_where_required():
     a = make_operand(64, 64, False).requires_grad_()
     b = make_operand(64, 64, False)

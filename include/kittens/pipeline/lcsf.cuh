@@ -24,6 +24,13 @@
 //   static __device__ void setup(consumer_args<K>&);     once per task, before the first compute
 //   static __device__ void compute(consumer_args<K>&);   consume one stage; return when done reading it
 //   static __device__ void finish(consumer_args<K>&);    once per task: write results out
+// and optionally, to overlap a task's output with the next task's tensor-core work:
+//   static constexpr int RELEASE_LAG = 1;               compute(i) may leave its reads of stage i in flight:
+//                                                       the template hands back stage i-1 after compute(i),
+//   static __device__ void drain(consumer_args<K>&);    and the last stage after drain() at the task's end;
+//   static __device__ void store(consumer_args<K>&);    called for the previous task right after the next
+//                                                       task's first compute (finish then only stashes results
+//                                                       in registers), and after the last task.
 #pragma once
 
 #include "../common/common.cuh"
@@ -50,6 +57,14 @@ template <typename K> struct consumer_args {
     int iter;     // stage index within the task
     int consumer; // which consumer warpgroup, 0 .. NUM_CONSUMERS-1
 };
+
+template <typename K> constexpr int release_lag() {
+    if constexpr (requires { K::RELEASE_LAG; }) return K::RELEASE_LAG;
+    else return 0;
+}
+template <typename K> constexpr bool has_deferred_store() {
+    return requires(consumer_args<K> &a) { K::store(a); };
+}
 
 template <typename K> constexpr int num_threads() { return (K::NUM_CONSUMERS + 1) * WARPGROUP_THREADS; }
 
@@ -95,20 +110,54 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         }
     } else { // consumers
         warpgroup::increase_registers<K::CONSUMER_REGISTERS>();
+        constexpr int LAG = release_lag<K>();
+        static_assert(LAG == 0 || LAG == 1, "LCSF: RELEASE_LAG is 0 or 1");
         typename K::consumer_state state;
         const int consumer = warpgroupid();
+        typename K::task previous; // the task whose deferred store is still due
+        bool pending = false;
         int ring = 0;
         for (int t = blockIdx.x; K::get_task(g, t, task); t += gridDim.x) {
             consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer};
+            consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer};
             K::setup(a);
             for (int i = 0; i < task.iters; i++, ring++) {
                 int s = ring % STAGES;
                 wait(arrived[s], (ring / STAGES) & 1);
                 consumer_args<K> c{g, inputs[s], output, state, task, i, consumer};
                 K::compute(c);
-                if (laneid() == 0) arrive(finished[s]);
+                if constexpr (LAG == 0) {
+                    if (laneid() == 0) arrive(finished[s]);
+                } else if (i > 0) {
+                    if (laneid() == 0) arrive(finished[(ring - 1) % STAGES]);
+                }
+                if constexpr (has_deferred_store<K>()) {
+                    if (pending) { // the previous task's output goes out while this first stage computes
+                        K::store(prev);
+                        pending = false;
+                    }
+                }
             }
-            K::finish(a);
+            if constexpr (LAG == 1) {
+                if (task.iters > 0) {
+                    K::drain(a);
+                    if (laneid() == 0) arrive(finished[(ring - 1) % STAGES]);
+                }
+            }
+            if constexpr (has_deferred_store<K>()) {
+                if (pending) K::store(prev); // a task with no stages
+                K::finish(a);
+                previous = task;
+                pending = true;
+            } else {
+                K::finish(a);
+            }
+        }
+        if constexpr (has_deferred_store<K>()) {
+            if (pending) {
+                consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer};
+                K::store(prev);
+            }
         }
         tma::store_async_wait<0>(); // shared memory must outlive any TMA store still reading it
     }

@@ -18,6 +18,14 @@
 
 namespace kittens {
 namespace wgmma {
+
+// Tag for the chained forms, warpgroup::mma_AB(d, a, b, wgmma::chained): d was last written by an earlier
+// wgmma (possibly still running) and by nothing else since. The ISA orders accumulations of same-shape
+// wgmmas on the same registers by itself, so these skip pinning d: pinning counts as a use of registers
+// an in-flight wgmma defines, and ptxas would answer with a full wait, serialising the pipeline.
+struct chained_t {};
+inline constexpr chained_t chained{};
+
 namespace detail {
 
 // Pin register values at this point of the program: the compiler may not move their

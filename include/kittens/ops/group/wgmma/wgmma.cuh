@@ -24,7 +24,7 @@
 // mma_fence / mma_commit_group are exposed for hand-built sequences on the raw wrappers; calling
 // them around these functions is harmless (an extra commit adds an empty group).
 
-template <int trans_a, int trans_b, bool accumulate, typename D, typename A, typename B>
+template <int trans_a, int trans_b, bool accumulate, bool pin_d = true, typename D, typename A, typename B>
 __device__ static inline void mma_dispatch(D &d, const A &a, const B &b) {
     static_assert(GROUP_WARPS == 4 && sizeof(D) > 0, "wgmma runs on a warpgroup: call it as warpgroup::mma_* (group<4>)");
     wgmma::detail::check_operands<trans_a, trans_b, D, A, B>();
@@ -39,7 +39,8 @@ __device__ static inline void mma_dispatch(D &d, const A &a, const B &b) {
         mma_fence(d);
         wgmma::detail::issue<trans_a, trans_b, accumulate>(d, a_regs, b);
     } else {
-        mma_fence(d);
+        if constexpr (pin_d) mma_fence(d);
+        else wgmma::detail::fence();
         wgmma::detail::issue<trans_a, trans_b, accumulate>(d, a, b);
     }
     wgmma::detail::commit_group();
@@ -53,6 +54,12 @@ template <typename D, typename A, typename B> __device__ static inline void mma_
 template <typename D, typename A, typename B> __device__ static inline void mm_AtB(D &d, const A &a, const B &b) { mma_dispatch<1, 1, false>(d, a, b); }
 template <typename D, typename A, typename B> __device__ static inline void mma_AtBt(D &d, const A &a, const B &b) { mma_dispatch<1, 0, true>(d, a, b); }
 template <typename D, typename A, typename B> __device__ static inline void mm_AtBt(D &d, const A &a, const B &b) { mma_dispatch<1, 0, false>(d, a, b); }
+
+// Chained accumulation (see wgmma::chained_t): shared-memory A only.
+template <typename D, typename A, typename B> __device__ static inline void mma_AB(D &d, const A &a, const B &b, wgmma::chained_t) { static_assert(!wgmma::detail::a_in_registers<A>, "chained wgmma takes A from shared memory"); mma_dispatch<0, 1, true, false>(d, a, b); }
+template <typename D, typename A, typename B> __device__ static inline void mma_ABt(D &d, const A &a, const B &b, wgmma::chained_t) { static_assert(!wgmma::detail::a_in_registers<A>, "chained wgmma takes A from shared memory"); mma_dispatch<0, 0, true, false>(d, a, b); }
+template <typename D, typename A, typename B> __device__ static inline void mma_AtB(D &d, const A &a, const B &b, wgmma::chained_t) { mma_dispatch<1, 1, true, false>(d, a, b); }
+template <typename D, typename A, typename B> __device__ static inline void mma_AtBt(D &d, const A &a, const B &b, wgmma::chained_t) { mma_dispatch<1, 0, true, false>(d, a, b); }
 
 // Order earlier register writes of d before the next wgmma (required by the ISA whenever d, or
 // a register A, was touched by ordinary instructions since the last wgmma).
