@@ -68,7 +68,6 @@ def _check_operands(name: str, a: torch.Tensor, b: torch.Tensor, dtype: torch.dt
         raise InputError(
             f"tk_ops.{name}: K={k} must be a multiple of {k_multiple} and N={n} a multiple of 8 "
             f"(TMA moves rows whose stride is a multiple of 16 bytes); pad the tensors")
-    _ext.check_device(a, b)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -82,6 +81,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         lead = a.shape[:-1]
         return matmul(a.reshape(-1, a.shape[-1]), b).reshape(*lead, b.shape[-1])
     _check_operands("matmul", a, b, torch.bfloat16, 8)
+    _ext.check_device(a=a, b=b)
     _ext.require("gemm")
     return torch.ops.tk_ops.matmul(a, b)
 
@@ -101,9 +101,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     for label, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(s, torch.Tensor) or s.numel() != 1 or s.dtype != torch.float32:
             raise InputError(f"tk_ops.scaled_mm: {label} must be a one-element float32 tensor (per-tensor scale)")
-        if s.device != a.device:
-            raise InputError(f"tk_ops.scaled_mm: {label} is on {s.device}, the operands on {a.device}")
     if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise InputError(f"tk_ops.scaled_mm: out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+    _ext.check_device(a=a, b=b, scale_a=scale_a, scale_b=scale_b)
     _ext.require("gemm")
     return torch.ops.tk_ops.scaled_mm(a, b, scale_a, scale_b, out_dtype)

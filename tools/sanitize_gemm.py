@@ -1,0 +1,26 @@
+"""Small GEMM calls for compute-sanitizer (memcheck / racecheck / synccheck): every kernel variant once,
+ragged shapes included, so the tools see edge tiles, both block configurations and every operand order."""
+import torch
+
+import tk_ops
+
+torch.manual_seed(0)
+for m, n, k in [(200, 264, 72), (129, 136, 4104), (1, 8, 8)]:
+    for a_t in (False, True):
+        for b_t in (False, True):
+            if a_t and m % 8:
+                continue
+            a = torch.randn(k, m, device="cuda").bfloat16().t() if a_t else torch.randn(m, k, device="cuda").bfloat16()
+            b = torch.randn(n, k, device="cuda").bfloat16().t() if b_t else torch.randn(k, n, device="cuda").bfloat16()
+            out = tk_ops.matmul(a, b)
+            err = ((out.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item()
+            assert err < 1e-2, (m, n, k, a_t, b_t, err)
+a8 = torch.randn(200, 64, device="cuda").to(torch.float8_e4m3fn)
+w8 = torch.randn(72, 64, device="cuda").to(torch.float8_e4m3fn)
+one = torch.ones((), device="cuda")
+for dt in (torch.bfloat16, torch.float16, torch.float32):
+    tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
+# 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store.
+tk_ops.matmul(torch.randn(2048, 64, device="cuda").bfloat16(), torch.randn(4096, 64, device="cuda").bfloat16().t())
+torch.cuda.synchronize()
+print("sanitize_gemm: done")
