@@ -42,4 +42,7 @@ def poison(t):
     import torch
     if t.dtype in (torch.float32, torch.float16, torch.bfloat16):
         return t.fill_(float("nan"))
-    return t.view(torch.uint8).fill_(0x7F) if t.element_size() == 1 else t.fill_(-12345)
+    if t.element_size() == 1:  # fp8: 0x7F is NaN in both e4m3 and e5m2; fill the bytes, return the tensor
+        t.view(torch.uint8).fill_(0x7F)
+        return t
+    return t.fill_(-12345)

@@ -33,8 +33,8 @@ def same(a, b):
 
 
 def place(dst, src):
-    """dst[..., :R, :C] = src, bit for bit. For 1-byte types poison() hands back a uint8 view, and
-    a plain assignment would convert fp8 values to integers instead of copying their bits."""
+    """dst[..., :R, :C] = src, bit for bit (copied as bytes for 1-byte types, so fp8 values are never
+    converted on the way)."""
     R, C = src.shape[-2:]
     if src.element_size() == 1:
         dst.view(torch.uint8)[..., :R, :C] = src.view(torch.uint8)
