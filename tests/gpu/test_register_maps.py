@@ -1,5 +1,4 @@
 """Register tiles: named unary maps and binary maps (tile-tile in place, tile-scalar)."""
-import math
 
 import pytest
 import torch

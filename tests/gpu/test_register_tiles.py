@@ -10,13 +10,6 @@ SHAPES = [(16, 16), (32, 64), (64, 32), (16, 128)]
 LAYOUTS = ["row", "col"]
 
 
-def poisoned(t):
-    """Poison an output buffer and return it with its own dtype (poison() hands back a byte view
-    for 1-byte types such as fp8, which would compare as integers)."""
-    poison(t)
-    return t
-
-
 def shape_id(s):
     return f"{s[0]}x{s[1]}"
 
@@ -48,7 +41,7 @@ def exact(out, ref, what):
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_layout_roundtrip(tk, layout, dtype, shape):
     x = rand(shape, dtype)
-    out = poisoned(torch.empty_like(x))
+    out = poison(torch.empty_like(x))
     tk.run(f"rt_io/{dtype}/{layout}/{shape_id(shape)}", x, out)
     exact(out, x, "load/store through the documented fragment order")
 
@@ -61,7 +54,7 @@ INITS = {"zero": 0.0, "one": 1.0, "pos_infty": float("inf"), "neg_infty": float(
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 @pytest.mark.parametrize("which", list(INITS))
 def test_init(tk, layout, dtype, shape, which):
-    out = poisoned(torch.empty(*shape, device="cuda", dtype=DTYPES[dtype]))
+    out = poison(torch.empty(*shape, device="cuda", dtype=DTYPES[dtype]))
     tk.run(f"rt_init/{dtype}/{layout}/{shape_id(shape)}", out, args=(list(INITS).index(which),))
     exact(out, torch.full_like(out, INITS[which]), which)
 
@@ -77,7 +70,7 @@ COPY_CASES = ([(src, dst, s) for src, dst in COPY_PAIRS for s in [(16, 16), (64,
 @pytest.mark.parametrize("src,dst,shape", COPY_CASES, ids=lambda v: shape_id(v) if isinstance(v, tuple) else v)
 def test_copy_dtype(tk, layout, src, dst, shape):
     x = rand(shape, src)
-    out = poisoned(torch.empty(*shape, device="cuda", dtype=DTYPES[dst]))
+    out = poison(torch.empty(*shape, device="cuda", dtype=DTYPES[dst]))
     tk.run(f"rt_copy/{src}_to_{dst}/{layout}/{shape_id(shape)}", x, out)
     ref = x.float().to(DTYPES[dst]) if src.startswith("fp8") or dst.startswith("fp8") else x.to(DTYPES[dst])
     if dst.startswith("fp8"):
@@ -95,7 +88,7 @@ ALL_DTYPES = ["fp32", "bf16", "fp16", "fp8e4m3"]
 def test_swap_layout(tk, layout, dtype, shape):
     """Loaded in one layout, swapped, stored through the other layout's order: same matrix."""
     x = rand(shape, dtype)
-    out = poisoned(torch.empty_like(x))
+    out = poison(torch.empty_like(x))
     tk.run(f"rt_swap/{dtype}/{layout}/{shape_id(shape)}", x, out)
     exact(out, x, f"swap_layout from {layout}")
 
@@ -105,6 +98,6 @@ def test_swap_layout(tk, layout, dtype, shape):
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_transpose_sep(tk, layout, dtype, shape):
     x = rand(shape, dtype)
-    out = poisoned(torch.empty(shape[1], shape[0], device="cuda", dtype=x.dtype))
+    out = poison(torch.empty(shape[1], shape[0], device="cuda", dtype=x.dtype))
     tk.run(f"rt_transpose/{dtype}/{layout}/{shape_id(shape)}", x, out)
     exact(out, x.t().contiguous(), "transpose_sep")

@@ -8,13 +8,6 @@ from .conftest import poison
 from .util import rel_err
 
 
-def poisoned(t):
-    """Poison an output buffer and return it with its own dtype (poison() hands back a byte view
-    for 1-byte types such as fp8, which would compare as integers)."""
-    poison(t)
-    return t
-
-
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8e4m3": torch.float8_e4m3fn}
 LAYOUTS = ["naive", "ortho", "align"]
 REPLICAS = {"naive": 1, "ortho": 4, "align": 8}
@@ -39,7 +32,7 @@ INITS = {"zero": 0.0, "one": 1.0, "pos_infty": float("inf"), "neg_infty": float(
 @pytest.mark.parametrize("n", [16, 48])
 @pytest.mark.parametrize("which", list(INITS))
 def test_init(tk, dtype, layout, n, which):
-    out = poisoned(torch.empty(REPLICAS[layout], n, device="cuda", dtype=DTYPES[dtype]))
+    out = poison(torch.empty(REPLICAS[layout], n, device="cuda", dtype=DTYPES[dtype]))
     tk.run(f"rv_init/{dtype}/{layout}/{n}", out, args=(list(INITS).index(which),))
     replicated(out, torch.full((n,), INITS[which], device="cuda"), which)
 
@@ -55,7 +48,7 @@ COPY_CASES = (
 @pytest.mark.parametrize("ts,ls,td,ld,n", COPY_CASES, ids=lambda v: str(v))
 def test_copy(tk, ts, ls, td, ld, n):
     x = torch.randn(n, device="cuda").to(DTYPES[ts])
-    out = poisoned(torch.empty(REPLICAS[ld], n, device="cuda", dtype=DTYPES[td]))
+    out = poison(torch.empty(REPLICAS[ld], n, device="cuda", dtype=DTYPES[td]))
     tk.run(f"rv_copy/{ts}_{ls}_to_{td}_{ld}/{n}", x, out)
     ref = x.float().to(DTYPES[td])
     if td.startswith("fp8"):
@@ -94,7 +87,7 @@ SCALAR = 0.375
 def test_unary(tk, dtype, layout, n, op):
     ref_fn, domain, exact = UNARY[op]
     x = domain(torch.randn(n, device="cuda")).to(DTYPES[dtype])
-    out = poisoned(torch.empty(REPLICAS[layout], n, device="cuda", dtype=x.dtype))
+    out = poison(torch.empty(REPLICAS[layout], n, device="cuda", dtype=x.dtype))
     tk.run(f"rv_unary/{dtype}/{layout}/{n}", x, out, args=(list(UNARY).index(op),))
     replicated(out, ref_fn(x.double()), op, exact, TOL[dtype])
 
@@ -111,7 +104,7 @@ def test_binary(tk, dtype, layout, n, form, op):
         b = torch.where(b < 0, b - 0.5, b + 0.5)
     b = b.to(DTYPES[dtype])
     s = torch.full((1,), SCALAR, device="cuda", dtype=a.dtype)
-    out = poisoned(torch.empty(REPLICAS[layout], n, device="cuda", dtype=a.dtype))
+    out = poison(torch.empty(REPLICAS[layout], n, device="cuda", dtype=a.dtype))
     tk.run(f"rv_binary/{dtype}/{layout}/{n}", a, b, s, out, args=(list(BINARY).index(op), int(form == "scalar")))
     rhs = b.double() if form == "vector" else torch.full((n,), SCALAR, device="cuda", dtype=torch.float64)
     replicated(out, BINARY[op](a.double(), rhs), f"{op} ({form})", op in ("max", "min"), TOL[dtype])
@@ -141,7 +134,7 @@ def reduction_data(op, n):
 def test_reduce(tk, dtype, layout, n, with_acc, op):
     x = reduction_data(op, n).to(DTYPES[dtype])
     acc = reduction_data(op, 1).to(DTYPES[dtype])
-    out = poisoned(torch.empty(32, device="cuda", dtype=x.dtype))
+    out = poison(torch.empty(32, device="cuda", dtype=x.dtype))
     tk.run(f"rv_reduce/{dtype}/{layout}/{n}", x, acc, out, args=(REDUCE.index(op), int(with_acc)))
     xd = x.double()
     r = {"max": xd.max(), "min": xd.min(), "sum": xd.sum(), "prod": xd.prod()}[op]
