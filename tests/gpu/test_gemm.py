@@ -72,7 +72,8 @@ def test_matmul_autograd():
 
 def test_raw_op_rejects_bad_k_with_an_exception():
     a, b = make_operand(64, 300, False), make_operand(300, 64, False)
-    with pytest.raises(RuntimeError, match="multiple of 8"):
+    # std::invalid_argument from the binding arrives as ValueError; the point is that it arrives at all
+    with pytest.raises((RuntimeError, ValueError), match="multiple of 8"):
         torch.ops.tk_ops.matmul(a, b)
 
 
@@ -105,8 +106,9 @@ def test_scaled_mm(mnk, out_dtype):
     out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
     assert out.dtype == out_dtype and out.shape == (m, n)
     assert_close(out, reference.scaled_mm(a, w.t(), sa, sb), BF16_TOL, "scaled_mm")
-    peer = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
-    assert_close(out, peer.double(), BF16_TOL, "scaled_mm vs torch._scaled_mm")
+    if n % 16 == 0 and k % 16 == 0:  # torch._scaled_mm itself wants both multiples of 16
+        peer = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        assert_close(out, peer.double(), BF16_TOL, "scaled_mm vs torch._scaled_mm")
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -135,7 +137,8 @@ def test_linear_compiles_fullgraph():
     eager = mod(x)
     compiled = torch.compile(mod, fullgraph=True)
     out = compiled(x)
-    assert_close(out, eager.double(), 1e-6, "compiled vs eager")
+    # Inductor fuses the GELU in fp32, eager rounds between ops: the two agree to bf16 precision
+    assert_close(out, eager.double(), BF16_TOL, "compiled vs eager")
     out.sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
