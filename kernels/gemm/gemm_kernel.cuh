@@ -81,7 +81,7 @@ struct gemm {
     }
 
     __device__ static inline void load(lcsf::producer_args<gemm> &p) {
-        tma::expect_bytes(p.arrived, sizeof(input_block));
+        tma::expect_bytes(p.arrived, NUM_CONSUMERS * tma::transfer_bytes<a_tile>::value + tma::transfer_bytes<b_tile>::value);
         for (int c = 0; c < NUM_CONSUMERS; c++) {
             if constexpr (A_MAJOR == major::k) tma::load_async(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, p.iter}, p.arrived);
             else tma::load_async(p.input.a[c], p.g.a, {p.iter, p.task.m * NUM_CONSUMERS + c}, p.arrived);

@@ -33,6 +33,8 @@
 //                                                       in registers), and after the last task.
 #pragma once
 
+#include <atomic>
+
 #include "../common/common.cuh"
 #include "../types/types.cuh"
 #include "../ops/ops.cuh"
@@ -163,17 +165,20 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     }
 }
 
-// Host side: launch K over `num_tasks` tasks with a persistent grid of at most one block per SM.
+// Host side: launch K over `num_tasks` tasks with a persistent grid of at most one block per SM of the
+// current device. The shared-memory opt-in is made once per device the kernel runs on.
 template <typename K> inline cudaError_t launch(const typename K::globals &g, int num_tasks, cudaStream_t stream) {
-    static int sms = [] {
-        int dev = 0, n = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-        return n > 0 ? n : 132;
-    }();
+    int dev = 0, sms = 0;
+    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
     constexpr int smem = shared_bytes<K>();
-    static cudaError_t attr = cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (attr != cudaSuccess) return attr;
+    static std::atomic<uint64_t> configured{0}; // one bit per device ordinal (< 64)
+    const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
+    if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
+        cudaError_t e = cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        configured.fetch_or(bit, std::memory_order_release);
+    }
     if (num_tasks <= 0) return cudaSuccess;
     int grid = num_tasks < sms ? num_tasks : sms;
     kernel<K><<<grid, num_threads<K>(), smem, stream>>>(g);

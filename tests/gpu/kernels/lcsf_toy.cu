@@ -36,7 +36,7 @@ struct toy {
         return true;
     }
     __device__ static void load(lcsf::producer_args<toy> &p) {
-        tma::expect_bytes(p.arrived, sizeof(input_block));
+        tma::expect_bytes(p.arrived, NUM_CONSUMERS * tma::transfer_bytes<tile>::value);
         for (int c = 0; c < NUM_CONSUMERS; c++)
             tma::load_async(p.input.part[c], p.g.x, {p.task.band * NUM_CONSUMERS + c, p.iter}, p.arrived);
     }
