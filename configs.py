@@ -2,4 +2,4 @@
 # Each name is a folder under kernels/ (gemm, and later attention, based, mamba2, fftconv).
 # Building fewer families makes the install faster; ops of a family left out raise an error
 # that says to add it here and reinstall.
-KERNELS = ["gemm"]
+KERNELS = ["gemm", "attention"]

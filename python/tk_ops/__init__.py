@@ -2,6 +2,7 @@
 
     import tk_ops
     c = tk_ops.matmul(a, b)                         # bf16 GEMM
+    o = tk_ops.attention(q, k, v, causal=True)      # flash attention forward, (B, H, N, D)
     y = tk_ops.scaled_mm(a8, b8_t.t(), sa, sb)      # fp8 e4m3 GEMM, like torch._scaled_mm
     layer = tk_ops.nn.Linear(4096, 4096)            # drop-in for torch.nn.Linear
     tk_ops.reference                                # float64 PyTorch references of every op
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 from . import errors
 from .errors import TkOpsError
 from .gemm import matmul, scaled_mm
+from .attention import attention, attention_with_lse
 from . import nn, reference
 
-__all__ = ["matmul", "scaled_mm", "nn", "reference", "errors", "TkOpsError", "__version__"]
+__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "nn", "reference", "errors", "TkOpsError", "__version__"]

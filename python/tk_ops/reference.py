@@ -17,3 +17,22 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     y = x.double() @ weight.double().t()
     return y + bias.double() if bias is not None else y
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of softmax attention in float64 for (B, H, N, D) tensors. K/V may have fewer heads (GQA:
+    query head h uses kv head h // (Hq // Hk)). Causal is bottom-right aligned: query i sees keys
+    j <= i + Nk - Nq; a row that sees no key gets O = 0 and LSE = -inf. LSE is the natural log."""
+    hq, hk, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    k64 = k.double().repeat_interleave(hq // hk, dim=1)
+    v64 = v.double().repeat_interleave(hq // hk, dim=1)
+    s = (q.double() @ k64.transpose(-1, -2)) * scale
+    if causal:
+        rows = torch.arange(nq, device=q.device)[:, None]
+        cols = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(cols > rows + (nk - nq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None].clamp_min(torch.finfo(torch.float64).min))
+    return p @ v64, lse

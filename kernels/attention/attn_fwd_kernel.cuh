@@ -1,0 +1,218 @@
+// Attention forward (flash attention) on the LCSF template: O = softmax(scale * Q K^T) V, plus the row
+// log-sum-exp, for one head dimension D in {64, 128}.
+//
+// A task is one block of BLOCK_Q = 64 * NUM_CONSUMERS query rows of one (batch, head). Each consumer
+// warpgroup owns 64 rows of Q, loaded by TMA into one of its two shared slots: while a task runs on one slot,
+// the next task's Q is already loading into the other (issued in setup). Meanwhile the producer streams
+// the head's K and V tiles (KV rows each) through the ring. Per tile a consumer computes S = Q K^T (wgmma,
+// both operands in shared memory), folds S into its running softmax in fp32 registers, converts P to 16 bits
+// in registers and runs O += P V (wgmma with A in registers, B = the V tile as stored: keys x D). The three
+// consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
+// At the end O is divided by the row sums and written from registers (rows past the sequence end are
+// skipped). TMA zero-fills Q rows past q_len and K/V rows past kv_len, and those keys are masked; a consumer
+// whose rows all lie past q_len (the ragged last block) computes nothing.
+//
+// Causal attention is bottom-right aligned (query i sees keys j <= i + kv_len - q_len, as FlashAttention
+// does for q_len != kv_len). Tiles wholly past a consumer's diagonal are skipped, tiles past every row of the
+// task are never loaded, and masks are applied only to the tiles that straddle a diagonal or the ragged end.
+#pragma once
+
+#include <climits>
+
+#include "kittens.cuh"
+#include "online_softmax.cuh"
+
+namespace tk_attention {
+using namespace kittens;
+
+template <typename T, int D, bool CAUSAL> struct attn_fwd {
+    static_assert(D == 64 || D == 128, "attention forward supports head dimensions 64 and 128");
+    static constexpr int NUM_CONSUMERS = 3;
+    static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
+    static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
+    // Key tile and ring depth: what fits 227 KB next to the two Q slots per consumer (D = 64: 3 x 48 KB +
+    // 48 KB; D = 128: 2 x 56 KB + 96 KB, hence 112-row tiles: 128 rows would leave no room for the second slot).
+    static constexpr int KV = D == 64 ? 192 : 112;
+    static constexpr int INPUT_STAGES = D == 64 ? 3 : 2;
+    // 3 fat consumers + a producer that only issues TMA: (3 * 160 + 24) * 128 registers fit the 64K file.
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 160;
+
+    using q_tile = st<T, Q_ROWS, D>;
+    using kv_tile = st<T, KV, D>;
+    using q_gl = gl<T, -1, -1, -1, D, q_tile>;
+    using kv_gl = gl<T, -1, -1, -1, D, kv_tile>;
+
+    struct globals {
+        q_gl q;
+        kv_gl k, v;
+        T *o;       // (batch, q_heads, q_len, D), contiguous
+        float *lse; // (batch, q_heads, q_len), contiguous
+        int q_heads, group; // group: query heads per kv head (GQA)
+        int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
+        int heads_per_group; // task order: see get_task
+        float scale_log2; // softmax scale * log2(e)
+    };
+    struct input_block {
+        kv_tile k, v;
+    };
+    struct output_block {
+        q_tile q[2][NUM_CONSUMERS]; // [task parity][consumer]
+        semaphore q_arrived[2][NUM_CONSUMERS];
+    };
+    struct consumer_state {
+        rt_fl<16, D> o;
+        row_stats stats;
+        int tasks = 0; // tasks this consumer has started: selects the Q slot and its barrier phase
+    };
+    struct task {
+        int id, b, h, q_block, iters;
+    };
+
+    // Order: heads are taken in groups of `heads_per_group` (as many as keep their K and V in L2 together, set
+    // by the host); within a group, tasks go by query block, the last block first, then by head. Causal tasks
+    // get lighter along that order (later blocks see more keys), so the heaviest start first, and the tasks
+    // running at one moment are a few query blocks of a few heads, streaming the same K/V tiles. Block x runs
+    // tasks x, x + grid, x + 2 grid, ...; every other round of `grid` tasks is walked backwards (serpentine),
+    // so a block that drew a heavy task in one round draws a light one in the next.
+    __device__ static inline bool get_task(const globals &g, int id, task &t) {
+        if (id >= g.num_tasks) return false;
+        const int grid = gridDim.x, round = id / grid;
+        int slot = id - round * grid;
+        if (round & 1) slot = min(grid, g.num_tasks - round * grid) - 1 - slot;
+        const int order = round * grid + slot;
+        const int group_tasks = g.heads_per_group * g.q_blocks;
+        const int group = order / group_tasks;
+        const int in_group = order - group * group_tasks;
+        const int total_heads = g.num_tasks / g.q_blocks;
+        const int heads = min(g.heads_per_group, total_heads - group * g.heads_per_group); // the last group may be short
+        const int qb = g.q_blocks - 1 - in_group / heads;
+        const int bh = group * g.heads_per_group + in_group % heads;
+        t.id = id;
+        t.b = bh / g.q_heads;
+        t.h = bh - t.b * g.q_heads;
+        t.q_block = qb;
+        t.iters = g.kv_tiles;
+        if constexpr (CAUSAL) {
+            const int last_row = min(qb * BLOCK_Q + BLOCK_Q, g.q_len) - 1;
+            const int last_key = last_row + g.kv_len - g.q_len;
+            t.iters = last_key < 0 ? 0 : min(g.kv_tiles, last_key / KV + 1);
+        }
+        return true;
+    }
+
+    __device__ static inline void load(lcsf::producer_args<attn_fwd> &p) {
+        const int kv_head = p.task.h / p.g.group;
+        tma::expect<kv_tile, kv_tile>(p.arrived);
+        tma::load_async(p.input.k, p.g.k, {p.task.b, kv_head, p.iter, 0}, p.arrived);
+        tma::load_async(p.input.v, p.g.v, {p.task.b, kv_head, p.iter, 0}, p.arrived);
+    }
+
+    __device__ static inline int first_row(const task &t, int consumer) { return t.q_block * BLOCK_Q + consumer * Q_ROWS; }
+
+    // One thread: start loading this consumer's Q rows of task t into slot `slot`.
+    __device__ static inline void load_q(lcsf::consumer_args<attn_fwd> &c, const task &t, int slot) {
+        semaphore &arrived = c.output.q_arrived[slot][c.consumer];
+        tma::expect<q_tile>(arrived);
+        tma::load_async(c.output.q[slot][c.consumer], c.g.q, {t.b, t.h, t.q_block * NUM_CONSUMERS + c.consumer, 0}, arrived);
+    }
+
+    __device__ static inline q_tile &q_of(lcsf::consumer_args<attn_fwd> &c) { return c.output.q[c.state.tasks & 1][c.consumer]; }
+
+    // This task's Q is in slot (tasks & 1), loaded during the previous task (or now, for the first). The next
+    // task's Q goes into the other slot, which the previous task has stopped reading.
+    __device__ static inline void setup(lcsf::consumer_args<attn_fwd> &c) {
+        const int slot = c.state.tasks & 1;
+        const bool leader = warpgroup::laneid() == 0;
+        if (c.state.tasks == 0 && leader) {
+            init_semaphore(c.output.q_arrived[0][c.consumer], 1);
+            init_semaphore(c.output.q_arrived[1][c.consumer], 1);
+            load_q(c, c.task, slot);
+        }
+        // First task: nobody waits on a barrier before its init. Later: every warp's wgmma reads of the other
+        // slot (the previous task's Q) are over before TMA overwrites it.
+        warpgroup::sync(c.consumer + 1);
+        task next;
+        if (leader && get_task(c.g, c.task.id + gridDim.x, next)) load_q(c, next, slot ^ 1);
+        zero(c.state.o);
+        c.state.stats.reset();
+        wait(c.output.q_arrived[slot][c.consumer], (c.state.tasks >> 1) & 1);
+    }
+
+    __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
+        const int key0 = c.iter * KV;
+        const int diag = c.g.kv_len - c.g.q_len; // causal: row i sees keys <= i + diag
+        const int row0 = first_row(c.task, c.consumer);
+        if (row0 >= c.g.q_len) return; // every row of this consumer is past the end
+        if constexpr (CAUSAL) {
+            if (key0 > row0 + Q_ROWS - 1 + diag) return; // past every row's diagonal (and so are later tiles)
+        }
+        rt_fl<16, KV> s;
+        warpgroup::mm_ABt(s, q_of(c), c.input.k);
+        warpgroup::mma_async_wait(s);
+
+        const bool ragged = key0 + KV > c.g.kv_len;
+        const bool diagonal = CAUSAL && key0 + KV - 1 > row0 + diag;
+        if (ragged || diagonal) {
+            const int row = row0 + 16 * warpgroup::warpid() + laneid() / 4;
+            int last_key[2] = {c.g.kv_len - 1, c.g.kv_len - 1};
+            if constexpr (CAUSAL) {
+                last_key[0] = min(last_key[0], row + diag);
+                last_key[1] = min(last_key[1], row + 8 + diag);
+            }
+            scale_scores<true>(s, c.g.scale_log2, key0, last_key);
+        } else {
+            const int unused[2] = {INT_MAX, INT_MAX};
+            scale_scores<false>(s, c.g.scale_log2, key0, unused);
+        }
+        float rescale[2];
+        softmax_step(s, c.state.stats, rescale);
+        scale_rows(c.state.o, rescale);
+        rt<T, 16, KV> p;
+        to_type(p, s);
+        warpgroup::mma_AB(c.state.o, p, c.input.v);
+        // Waited at once: leaving it in flight past this call (to overlap it with the next tile) makes ptxas
+        // serialise every wgmma of the kernel, since P's registers die here. The other consumers fill the gap.
+        warpgroup::mma_async_wait(c.state.o);
+    }
+
+    // O / l and the LSE, straight from registers to global memory.
+    __device__ static inline void finish(lcsf::consumer_args<attn_fwd> &c) {
+        c.state.tasks++;
+        constexpr float LN2 = 0.6931471805599453f;
+        float inv[2], lse[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float l = quad_sum(c.state.stats.sum[r]);
+            const bool seen = l > 0.f; // a row that sees no key: O = 0, LSE = -inf
+            inv[r] = seen ? 1.f / l : 0.f;
+            lse[r] = seen ? (c.state.stats.max[r] + __log2f(l)) * LN2 : -INFINITY;
+        }
+        scale_rows(c.state.o, inv);
+        rt<T, 16, D> out;
+        to_type(out, c.state.o);
+
+        const int row = first_row(c.task, c.consumer) + 16 * warpgroup::warpid() + laneid() / 4;
+        const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
+        if (laneid() % 4 == 0) {
+            float *dst = c.g.lse + head * c.g.q_len;
+            if (row < c.g.q_len) dst[row] = lse[0];
+            if (row + 8 < c.g.q_len) dst[row + 8] = lse[1];
+        }
+        // Each lane writes 4-byte pairs: a quad covers 16 contiguous bytes of a row per instruction. The
+        // output is small next to the work per task, so this costs less than a trip through shared memory,
+        // and it leaves the Q slot to the next task's load.
+        using T2 = typename rt<T, 16, D>::T2;
+        T *o = c.g.o + head * c.g.q_len * D;
+        const int col0 = 2 * (laneid() % 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = row + ((k & 1) ? 8 : 0);
+            if (r >= c.g.q_len) continue;
+            T *dst = o + int64_t(r) * D + col0 + ((k & 2) ? 8 : 0);
+#pragma unroll
+            for (int j = 0; j < D / 16; j++) *reinterpret_cast<T2 *>(dst + 16 * j) = out.tiles[0][j].data[k];
+        }
+    }
+};
+
+} // namespace tk_attention

@@ -1,0 +1,53 @@
+// Host plumbing shared by the attention forward translation units: build (or reuse) a kernel's globals,
+// TMA maps included, and launch it on the persistent grid.
+#pragma once
+
+#include <cmath>
+
+#include "attention.h"
+#include "attn_fwd_kernel.cuh"
+#include "common/globals_cache.cuh"
+
+namespace tk_attention {
+
+// How many (batch, query head) pairs to run side by side: as many as keep their K and V (shared by the query
+// heads of one kv head) within about half of the 50 MB L2, rounded to whole kv-head groups.
+inline int heads_per_group(const fwd_problem &p) {
+    const int group = p.q_heads / p.kv_heads;
+    const int64_t kv_bytes = int64_t(p.kv_len) * p.head_dim * 2 * 2; // K and V of one kv head, 16-bit
+    const int64_t budget = int64_t(24) << 20;
+    int64_t kv_heads = budget / (kv_bytes > 0 ? kv_bytes : 1);
+    if (kv_heads < 1) kv_heads = 1;
+    const int64_t all = int64_t(p.batch) * p.q_heads;
+    const int64_t heads = kv_heads * group;
+    return int(heads < all ? heads : all);
+}
+
+template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
+    using T = typename K::q_gl::T;
+    using G = typename K::globals;
+    static tk_kernels::globals_cache<G, 20> cache; // the TMA maps depend on pointers, shapes and strides
+    typename tk_kernels::globals_cache<G, 20>::key_t key = {
+        uint64_t(p.q.ptr), uint64_t(p.k.ptr), uint64_t(p.v.ptr), 0,
+        uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.kv_heads), uint64_t(p.q_len), uint64_t(p.kv_len),
+        uint64_t(p.q.stride_b), uint64_t(p.q.stride_h), uint64_t(p.q.stride_n),
+        uint64_t(p.k.stride_b), uint64_t(p.k.stride_h), uint64_t(p.k.stride_n),
+        uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n), 0, 0};
+    G g = cache.get(key, [&] {
+        auto ptr = [](const void *x) { return reinterpret_cast<T *>(const_cast<void *>(x)); };
+        typename K::q_gl q(ptr(p.q.ptr), p.batch, p.q_heads, p.q_len, p.head_dim, p.q.stride_b, p.q.stride_h, p.q.stride_n);
+        typename K::kv_gl k(ptr(p.k.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.k.stride_b, p.k.stride_h, p.k.stride_n);
+        typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
+        const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
+        return G{q, k, v, nullptr, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
+                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks,
+                 heads_per_group(p), 0.f};
+    });
+    // Fields that no TMA map encodes (the outputs, the scale) are set per call.
+    g.o = reinterpret_cast<T *>(p.o);
+    g.lse = p.lse;
+    g.scale_log2 = p.scale * 1.4426950408889634f;
+    return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
+}
+
+} // namespace tk_attention

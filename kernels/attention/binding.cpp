@@ -1,0 +1,106 @@
+// Torch binding of the attention forward: tk_ops::attention_fwd(q, k, v, causal, scale) -> (O, LSE).
+//
+// The Python wrapper (python/tk_ops/attention.py) validates arguments with friendly messages first; the
+// checks here are the last line of defence, so that nothing reaching a kernel can fault or read out of bounds.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "attention.h"
+
+namespace {
+
+// Errors are thrown as std::invalid_argument with messages built from std::string / std::to_string, never
+// through std::ostream (which TORCH_CHECK uses): on the device image stream number formatting inside this
+// library crashed the process (see kernels/gemm/binding.cpp).
+inline std::string text(const char *s) { return s; }
+inline std::string text(const std::string &s) { return s; }
+template <typename T>
+    requires std::is_arithmetic_v<T>
+std::string text(T v) { return std::to_string(v); }
+
+template <typename... Parts> void require(bool ok, const Parts &...parts) {
+    if (ok) return;
+    throw std::invalid_argument((std::string() + ... + text(parts)));
+}
+
+// TMA reads a (B, H, N, D) view in place when D is dense, the other strides are multiples of 16 bytes and the
+// base is 16-byte aligned; anything else is copied to a contiguous tensor first.
+bool tma_readable(const at::Tensor &t) {
+    if (t.stride(3) != 1) return false;
+    if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+    for (int d = 0; d < 3; d++)
+        if (t.size(d) > 1 && (t.stride(d) % 8 != 0 || t.stride(d) <= 0)) return false;
+    return true;
+}
+
+tk_attention::tensor4 view_of(const at::Tensor &t) {
+    // A size-1 axis may carry any stride; give it a harmless one that TMA accepts.
+    auto stride = [&](int d) { return t.size(d) > 1 ? t.stride(d) : int64_t(8); };
+    return {t.data_ptr(), stride(0), stride(1), stride(2)};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
+                                                 bool causal, double scale) {
+    require(q_in.is_cuda() && k_in.is_cuda() && v_in.is_cuda(), "tk_ops.attention: inputs must be CUDA tensors");
+    require(q_in.device() == k_in.device() && q_in.device() == v_in.device(), "tk_ops.attention: inputs must be on one device");
+    require(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "tk_ops.attention: q, k, v must be 4-D (B, H, N, D)");
+    const auto type = q_in.scalar_type();
+    require(type == at::kBFloat16 || type == at::kHalf, "tk_ops.attention: inputs must be bfloat16 or float16");
+    require(k_in.scalar_type() == type && v_in.scalar_type() == type, "tk_ops.attention: q, k, v must share one dtype");
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), D = q_in.size(3);
+    const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
+    require(D == 64 || D == 128, "tk_ops.attention: head dimension must be 64 or 128, got ", D);
+    require(k_in.size(0) == B && v_in.size(0) == B && k_in.size(3) == D && v_in.size(3) == D && v_in.size(1) == Hk &&
+                v_in.size(2) == Nk,
+            "tk_ops.attention: k and v must be (B, Hk, Nk, D) with q's B and D");
+    require(Hk >= 1 && Hq % Hk == 0, "tk_ops.attention: query heads (", Hq, ") must be a multiple of kv heads (", Hk, ")");
+    require(B < (1ll << 31) && Hq < (1ll << 31) && Nq < (1ll << 31) && Nk < (1ll << 31) && B * Hq * ((Nq + 191) / 192) < (1ll << 31),
+            "tk_ops.attention: problem too large");
+
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    at::Tensor o = at::empty({B, Hq, Nq, D}, q_in.options());
+    at::Tensor lse = at::empty({B, Hq, Nq}, q_in.options().dtype(at::kFloat));
+    if (B == 0 || Hq == 0 || Nq == 0) return {o, lse};
+    if (Nk == 0) { // no key at all: every row sees nothing
+        o.zero_();
+        lse.fill_(-std::numeric_limits<float>::infinity());
+        return {o, lse};
+    }
+    // clone, not contiguous(): a contiguous tensor at a misaligned offset must move too.
+    auto readable = [](const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); };
+    at::Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
+    require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
+
+    tk_attention::fwd_problem p{};
+    p.q = view_of(q);
+    p.k = view_of(k);
+    p.v = view_of(v);
+    p.o = o.data_ptr();
+    p.lse = lse.data_ptr<float>();
+    p.batch = int(B);
+    p.q_heads = int(Hq);
+    p.kv_heads = int(Hk);
+    p.q_len = int(Nq);
+    p.kv_len = int(Nk);
+    p.head_dim = int(D);
+    p.causal = causal;
+    p.scale = float(scale);
+    p.type = type == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;
+    const cudaError_t e = tk_attention::forward(p, at::cuda::getCurrentCUDAStream());
+    require(e == cudaSuccess, "tk_ops.attention kernel failed: ", cudaGetErrorString(e));
+    return {o, lse};
+}
+
+} // namespace
+
+// The schema is defined in Python (python/tk_ops/attention.py) with its fake implementation and autograd
+// formula; here only the CUDA kernel attaches.
+TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) { m.impl("attention_fwd", &attention_fwd); }
