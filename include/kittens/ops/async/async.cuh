@@ -5,3 +5,4 @@
 #include "../../common/common.cuh"
 #include "semaphore.cuh"
 #include "tma/tma.cuh"
+#include "cluster.cuh"
