@@ -13,8 +13,6 @@ using kittens::bf16;
 
 // 128 x 256 blocks, 4-stage ring, 64-column epilogue pieces: the general configuration.
 template <major AM, major BM_> using big = gemm<bf16, bf16, AM, BM_, 256, 4, 64>;
-// The big configuration in 2-CTA clusters sharing each B panel through TMA multicast.
-template <major AM, major BM_> using paired = gemm<bf16, bf16, AM, BM_, 256, 4, 64, 2>;
 // 128 x 128 blocks, 5-stage ring: twice the tasks, for problems too small to fill the GPU with big blocks.
 template <major AM, major BM_> using small = gemm<bf16, bf16, AM, BM_, 128, 5, 128>;
 
@@ -25,26 +23,17 @@ int sm_count() {
     return n > 0 ? n : 132;
 }
 
-enum class config { big, paired, small };
-
-// TK_OPS_GEMM_CONFIG=big|paired|small forces a configuration (for tuning); by default the shape decides.
-config pick(int M, int N) {
+// TK_OPS_GEMM_CONFIG=big|small forces a configuration (for tuning); by default the size decides.
+bool use_small(int M, int N) {
     static const char *forced = std::getenv("TK_OPS_GEMM_CONFIG");
-    if (forced) {
-        std::string f(forced);
-        return f == "small" ? config::small : f == "paired" ? config::paired : config::big;
-    }
-    if (2 * big<major::k, major::k>::num_tasks(M, N) <= sm_count()) return config::small;
-    return config::big;
+    if (forced) return std::string(forced) == "small";
+    return 2 * big<major::k, major::k>::num_tasks(M, N) <= sm_count();
 }
 
 template <major AM, major BM_>
 cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cudaStream_t stream) {
-    switch (pick(M, N)) {
-    case config::small: return launch_gemm<small<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
-    case config::paired: return launch_gemm<paired<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
-    default: return launch_gemm<big<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
-    }
+    if (use_small(M, N)) return launch_gemm<small<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
+    return launch_gemm<big<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
 }
 
 } // namespace

@@ -19,17 +19,14 @@ using namespace kittens;
 
 enum class major { k, mn };
 
-// CLUSTER = 2 pairs the blocks of two consecutive block-rows that share a B panel into a 2-CTA cluster: each
-// CTA loads its own A rows and half of the B panel, multicast to both, so B is read from L2 once per pair.
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
-          int CLUSTER = 1, int SUPER_M = 16>
+          int SUPER_M = 16>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
-    static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = STAGES, RELEASE_LAG = 1, CLUSTER_SIZE = CLUSTER;
-    static_assert(CLUSTER == 1 || CLUSTER == 2, "GEMM clusters pair at most two block-rows");
+    static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
     static constexpr int BM = 64 * NUM_CONSUMERS, BLOCK_N = BN;
     static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice
@@ -41,11 +38,8 @@ struct gemm {
     using a_tile = std::conditional_t<A_MAJOR == major::k, st<T_IN, 64, BK>, st<T_IN, BK, 64>>;
     using b_tile = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, BK>, st<T_IN, BK, BN>>;
     using c_tile = st<T_OUT, 64, C_COLS>;
-    // The part of the B panel one CTA loads (all of it without a cluster): a contiguous run of column chunks
-    // (N-major) or of rows (K-major) of b_tile, so it lands in place at offset rank * its size.
-    using b_part = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN / CLUSTER, BK>, st<T_IN, BK, BN / CLUSTER>>;
     using a_gl = gl<T_IN, 1, 1, -1, -1, a_tile>;
-    using b_gl = gl<T_IN, 1, 1, -1, -1, b_part>;
+    using b_gl = gl<T_IN, 1, 1, -1, -1, b_tile>;
     using c_gl = gl<T_OUT, 1, 1, -1, -1, c_tile>;
 
     struct globals {
@@ -70,20 +64,17 @@ struct gemm {
         int m, n, iters;
     };
 
-    // Tasks as the template counts them: one per block, or one per pair of blocks with a cluster.
-    static int num_tasks(int M, int N) { return ((M + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((N + BN - 1) / BN); }
-    __host__ __device__ static inline int task_rows(const globals &g) { return (g.tiles_m + CLUSTER - 1) / CLUSTER; }
+    static int num_tasks(int M, int N) { return ((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
 
-    // Bands of SUPER_M block-rows (block-row pairs with a cluster) walked column by column: the blocks running
-    // at one moment share a few A row-panels and B column-panels, which then stay in L2.
+    // Bands of SUPER_M block-rows walked column by column: the blocks running at one moment share a few
+    // A row-panels and B column-panels, which then stay in L2.
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
-        const int rows_total = task_rows(g);
-        if (id >= rows_total * g.tiles_n) return false;
+        if (id >= g.tiles_m * g.tiles_n) return false;
         int band = id / (SUPER_M * g.tiles_n);
         int first_m = band * SUPER_M;
-        int rows = min(SUPER_M, rows_total - first_m);
+        int rows = min(SUPER_M, g.tiles_m - first_m);
         int in_band = id - band * SUPER_M * g.tiles_n;
-        t.m = (first_m + in_band % rows) * CLUSTER + (CLUSTER > 1 ? cluster::rank() : 0);
+        t.m = first_m + in_band % rows;
         t.n = in_band / rows;
         t.iters = g.k_iters;
         return true;
@@ -95,17 +86,8 @@ struct gemm {
             if constexpr (A_MAJOR == major::k) tma::load_async(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, p.iter}, p.arrived);
             else tma::load_async(p.input.a[c], p.g.a, {p.iter, p.task.m * NUM_CONSUMERS + c}, p.arrived);
         }
-        if constexpr (CLUSTER == 1) {
-            if constexpr (B_MAJOR == major::k) tma::load_async(p.input.b, p.g.b, {p.task.n, p.iter}, p.arrived);
-            else tma::load_async(p.input.b, p.g.b, {p.iter, p.task.n}, p.arrived);
-        } else {
-            const int r = cluster::rank();
-            b_part &part = *reinterpret_cast<b_part *>(reinterpret_cast<char *>(&p.input.b) +
-                                                       r * b_part::num_elements * sizeof(T_IN));
-            constexpr uint16_t everyone = (1u << CLUSTER) - 1;
-            if constexpr (B_MAJOR == major::k) tma::load_async(part, p.g.b, {p.task.n * CLUSTER + r, p.iter}, p.arrived, everyone);
-            else tma::load_async(part, p.g.b, {p.iter, p.task.n * CLUSTER + r}, p.arrived, everyone);
-        }
+        if constexpr (B_MAJOR == major::k) tma::load_async(p.input.b, p.g.b, {p.task.n, p.iter}, p.arrived);
+        else tma::load_async(p.input.b, p.g.b, {p.iter, p.task.n}, p.arrived);
     }
 
     __device__ static inline void setup(lcsf::consumer_args<gemm> &) {}

@@ -23,7 +23,7 @@ cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int
         return typename G::globals{ga, gb, gc, (M + G::BM - 1) / G::BM, (N + G::BLOCK_N - 1) / G::BLOCK_N,
                                    (K + G::BK - 1) / G::BK, scale_a, scale_b};
     });
-    return kittens::lcsf::launch<G>(g, G::task_rows(g) * g.tiles_n, stream);
+    return kittens::lcsf::launch<G>(g, g.tiles_m * g.tiles_n, stream);
 }
 
 } // namespace tk_gemm

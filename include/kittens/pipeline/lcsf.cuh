@@ -31,10 +31,6 @@
 //   static __device__ void store(consumer_args<K>&);    called for the previous task right after the next
 //                                                       task's first compute (finish then only stashes results
 //                                                       in registers), and after the last task.
-//   static constexpr int CLUSTER_SIZE = 2;              launch as clusters of 2 CTAs that walk the same task
-//                                                       list (each picks its part by cluster::rank()) and may
-//                                                       multicast loads into each other's ring: a stage is then
-//                                                       refilled only when the consumers of BOTH CTAs are done.
 #pragma once
 
 #include <atomic>
@@ -72,11 +68,6 @@ template <typename K> constexpr bool has_deferred_store() {
     return requires(consumer_args<K> &a) { K::store(a); };
 }
 
-template <typename K> constexpr int cluster_size() {
-    if constexpr (requires { K::CLUSTER_SIZE; }) return K::CLUSTER_SIZE;
-    else return 1;
-}
-
 template <typename K> constexpr int num_threads() { return (K::NUM_CONSUMERS + 1) * WARPGROUP_THREADS; }
 
 template <typename K> constexpr int shared_bytes() {
@@ -90,8 +81,6 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     static_assert(shared_bytes<K>() <= MAX_SHARED_MEMORY, "LCSF: input ring + output block exceed 227 KB of shared memory");
     constexpr int STAGES = K::INPUT_STAGES;
     constexpr int CONSUMER_WARPS = K::NUM_CONSUMERS * WARPGROUP_WARPS;
-    constexpr int CLUSTER = cluster_size<K>();
-    static_assert(CLUSTER == 1 || CLUSTER == 2, "LCSF clusters are 1 or 2 CTAs");
 
     extern __shared__ alignment_dummy shm[];
     shared_allocator al(shm);
@@ -102,33 +91,20 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             init_semaphore(arrived[s], 1);              // the producer's expect is the one arrival
-            init_semaphore(finished[s], CONSUMER_WARPS * CLUSTER); // one arrival per consumer warp of the cluster
+            init_semaphore(finished[s], CONSUMER_WARPS); // one arrival per consumer warp
         }
     }
-    if constexpr (CLUSTER > 1) cluster::sync(); // partners may signal our semaphores from here on
-    else __syncthreads();
-    // Hand stage s back to every producer that may refill it.
-    auto release = [&](int s) {
-        if (laneid() != 0) return;
-        if constexpr (CLUSTER == 1) arrive(finished[s]);
-        else
-            for (int r = 0; r < CLUSTER; r++) arrive_cluster(finished[s], r);
-    };
-    const int first_task = blockIdx.x / CLUSTER, task_stride = gridDim.x / CLUSTER;
-    auto wait_for = [](semaphore &sem, int phase) {
-        if constexpr (CLUSTER == 1) wait(sem, phase);
-        else wait_cluster(sem, phase);
-    };
+    __syncthreads();
 
     typename K::task task;
     if (warpgroupid() == K::NUM_CONSUMERS) { // producer
         warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
         if (warpgroup::warpid() == 0 && laneid() == 0) {
             int ring = 0; // stages issued so far, across tasks
-            for (int t = first_task; K::get_task(g, t, task); t += task_stride) {
+            for (int t = blockIdx.x; K::get_task(g, t, task); t += gridDim.x) {
                 for (int i = 0; i < task.iters; i++, ring++) {
                     int s = ring % STAGES;
-                    wait_for(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
+                    wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
                     producer_args<K> a{g, inputs[s], arrived[s], task, i};
                     K::load(a);
                 }
@@ -143,17 +119,20 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         typename K::task previous; // the task whose deferred store is still due
         bool pending = false;
         int ring = 0;
-        for (int t = first_task; K::get_task(g, t, task); t += task_stride) {
+        for (int t = blockIdx.x; K::get_task(g, t, task); t += gridDim.x) {
             consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer};
             consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer};
             K::setup(a);
             for (int i = 0; i < task.iters; i++, ring++) {
                 int s = ring % STAGES;
-                wait_for(arrived[s], (ring / STAGES) & 1);
+                wait(arrived[s], (ring / STAGES) & 1);
                 consumer_args<K> c{g, inputs[s], output, state, task, i, consumer};
                 K::compute(c);
-                if constexpr (LAG == 0) release(s);
-                else if (i > 0) release((ring - 1) % STAGES);
+                if constexpr (LAG == 0) {
+                    if (laneid() == 0) arrive(finished[s]);
+                } else if (i > 0) {
+                    if (laneid() == 0) arrive(finished[(ring - 1) % STAGES]);
+                }
                 if constexpr (has_deferred_store<K>()) {
                     if (pending) { // the previous task's output goes out while this first stage computes
                         K::store(prev);
@@ -164,7 +143,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             if constexpr (LAG == 1) {
                 if (task.iters > 0) {
                     K::drain(a);
-                    release((ring - 1) % STAGES);
+                    if (laneid() == 0) arrive(finished[(ring - 1) % STAGES]);
                 }
             }
             if constexpr (has_deferred_store<K>()) {
@@ -184,12 +163,6 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         }
         tma::store_async_wait<0>(); // shared memory must outlive any TMA store still reading it
     }
-    // A partner may still arrive on our semaphores, or multicast into our ring, until its consumers are done:
-    // the consumers of both CTAs meet here before either CTA's shared memory goes away. (The producer's
-    // threads have exited; a cluster barrier waits only for threads that have not.)
-    if constexpr (CLUSTER > 1) {
-        if (warpgroupid() < K::NUM_CONSUMERS) cluster::sync();
-    }
 }
 
 // Host side: launch K over `num_tasks` tasks with a persistent grid of at most one block per SM of the
@@ -207,30 +180,9 @@ template <typename K> inline cudaError_t launch(const typename K::globals &g, in
         configured.fetch_or(bit, std::memory_order_release);
     }
     if (num_tasks <= 0) return cudaSuccess;
-    constexpr int CLUSTER = cluster_size<K>();
-    if constexpr (CLUSTER == 1) {
-        int grid = num_tasks < sms ? num_tasks : sms;
-        kernel<K><<<grid, num_threads<K>(), smem, stream>>>(g);
-        return cudaGetLastError();
-    } else {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = CLUSTER;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.blockDim = dim3(num_threads<K>());
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        // Clusters must fit inside a GPC, so a few of them may start only once others finish; the task loop
-        // is correct either way.
-        int clusters = sms / CLUSTER;
-        if (clusters > num_tasks) clusters = num_tasks;
-        cfg.gridDim = dim3(clusters * CLUSTER);
-        return cudaLaunchKernelEx(&cfg, kernel<K>, g);
-    }
+    int grid = num_tasks < sms ? num_tasks : sms;
+    kernel<K><<<grid, num_threads<K>(), smem, stream>>>(g);
+    return cudaGetLastError();
 }
 
 } // namespace lcsf

@@ -5,4 +5,3 @@
 #include "../../common/common.cuh"
 #include "semaphore.cuh"
 #include "tma/tma.cuh"
-#include "cluster.cuh"

@@ -27,16 +27,6 @@ __device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap *m, uint
                  : "memory");
 }
 
-// global -> shared of every CTA in `cta_mask` (bit i = cluster rank i), at the same offset in each, with
-// completion counted on the mbarrier at the same offset in each of those CTAs.
-__device__ __forceinline__ void load_4d_multicast(uint32_t dst, const CUtensorMap *m, uint32_t bar, int c0, int c1, int c2,
-                                                  int c3, uint16_t cta_mask) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
-                 "l"(map_addr(m)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(cta_mask)
-                 : "memory");
-}
-
 // shared -> global, tracked by the issuing thread's bulk async-group.
 __device__ __forceinline__ void store_4d(const CUtensorMap *m, uint32_t src, int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"

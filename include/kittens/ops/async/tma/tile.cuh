@@ -45,19 +45,6 @@ __device__ inline void load_async(ST &dst, const GL &src, const coord &idx, sema
     detail::for_each_chunk(dst, idx, [&](uint32_t s, int c, int r, int d, int bb) { detail::load_4d(s, m, b, c, r, d, bb); });
 }
 
-// The same copy delivered to every CTA of the cluster named in `cta_mask` (bit i = rank i): the tile lands at
-// dst's offset in each of them and each one's semaphore at bar's offset receives the bytes. Every receiving
-// CTA arms its own semaphore for them; the issuing CTA's launch must have a cluster shape.
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void load_async(ST &dst, const GL &src, const coord &idx, semaphore &bar, uint16_t cta_mask) {
-    detail::check_tile_types<ST, GL>();
-    const CUtensorMap *m = src.template get_tma<ST>();
-    const uint32_t b = kittens::detail::sem_addr(bar);
-    detail::for_each_chunk(dst, idx, [&](uint32_t s, int c, int r, int d, int bb) {
-        detail::load_4d_multicast(s, m, b, c, r, d, bb, cta_mask);
-    });
-}
-
 // Start writing `src` to tile `idx` of `dst` (rows / cols beyond the tensor are dropped).
 // Commit with store_commit_group() and wait with store_async_wait / store_async_read_wait.
 template <ducks::st::all ST, ducks::gl::all GL>
