@@ -10,6 +10,19 @@
 
 namespace tk_attention {
 
+// How many (batch, query head) pairs the non-causal order runs side by side: as many as keep their K and V
+// (shared by the query heads of one kv head) within about half of the 50 MB L2, in whole kv-head groups.
+inline int heads_per_group(const fwd_problem &p) {
+    const int group = p.q_heads / p.kv_heads;
+    const int64_t kv_bytes = int64_t(p.kv_len) * p.head_dim * 2 * 2; // K and V of one kv head, 16-bit
+    const int64_t budget = int64_t(24) << 20;
+    int64_t kv_heads = budget / (kv_bytes > 0 ? kv_bytes : 1);
+    if (kv_heads < 1) kv_heads = 1;
+    const int64_t all = int64_t(p.batch) * p.q_heads;
+    const int64_t heads = kv_heads * group;
+    return int(heads < all ? heads : all);
+}
+
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
@@ -27,7 +40,7 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
         const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
         return G{q, k, v, nullptr, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
-                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, 0.f};
+                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, heads_per_group(p), 0.f};
     });
     // Fields that no TMA map encodes (the outputs, the scale) are set per call.
     g.o = reinterpret_cast<T *>(p.o);
