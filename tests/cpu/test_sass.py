@@ -19,6 +19,8 @@ from .toolchain import ROOT, find_cuobjdump, find_nvcc, run
 REQUIRED_SASS = {
     "kernels/gemm/gemm_bf16.cu": ["HGMMA", "UTMALDG"],
     "kernels/gemm/gemm_fp8.cu": ["QGMMA", "UTMALDG"],
+    "kernels/attention/attn_fwd_d64.cu": ["HGMMA", "UTMALDG"],
+    "kernels/attention/attn_fwd_d128.cu": ["HGMMA", "UTMALDG"],
 }
 
 
