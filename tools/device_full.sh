@@ -16,4 +16,7 @@ if [ -n "${SANITIZE:-}" ]; then
     echo "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
   done
 fi
+for family in ${BENCH:-}; do
+  python3 -m tk_ops.bench $family --out "$OUT" > "$OUT/bench_$family.log" 2>&1; echo "bench $family: exit $?"
+done
 exit 0
