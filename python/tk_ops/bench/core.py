@@ -151,23 +151,41 @@ def _short(e: BaseException) -> str:
 def run_case(case: Case, reps: int, warmup: int, l2_bytes: int, progress=None, timer=time_calls) -> Row:
     """Times every implementation of `case`; an implementation that raises is recorded as an
     error and the others still run. `timer` is replaceable so the bookkeeping can be tested
-    without a GPU."""
+    without a GPU.
+
+    The implementations are timed in two rounds, in order and then in reverse order (A B ... B A), each
+    round with half the repetitions, and each reports the mean of its two medians: a GPU whose clock is
+    still recovering from the previous (heavier) case then slows every implementation alike, instead of
+    whichever happens to run first."""
     row = Row(case.group, case.name, tuple(case.shape), case.flops, next(i.name for i in case.impls if i.ours))
     first = case.make_inputs()
     inputs = [first] + [case.make_inputs() for _ in range(rotation_count(tensor_bytes(first), l2_bytes) - 1)]
-    outputs = {}
+    outputs, prepared = {}, {}
     for impl in case.impls:
         try:
             arg_sets = [impl.setup(*x) for x in inputs] if impl.setup else inputs
             outputs[impl.name] = impl.fn(*arg_sets[0])
-            ms = timer(impl.fn, arg_sets, reps, warmup)
-            row.results[impl.name] = Result(ms=ms, tflops=case.flops / (ms * 1e-3) / 1e12)
+            prepared[impl.name] = arg_sets
         except Exception as e:  # one failing implementation must not hide the others
             row.results[impl.name] = Result(error=_short(e))
-        finally:
-            arg_sets = None  # release this implementation's set-up state before the next one's
-        if progress is not None:
+    runnable = [i for i in case.impls if i.name in prepared]
+    halves: dict[str, list[float]] = {i.name: [] for i in runnable}
+    for order in (runnable, runnable[::-1]):
+        for impl in order:
+            if impl.name in row.results:  # failed in an earlier round
+                continue
+            try:
+                halves[impl.name].append(timer(impl.fn, prepared[impl.name], max(1, reps // 2), warmup))
+            except Exception as e:
+                row.results[impl.name] = Result(error=_short(e))
+    for impl in runnable:
+        if impl.name not in row.results:
+            ms = statistics.fmean(halves[impl.name])
+            row.results[impl.name] = Result(ms=ms, tflops=case.flops / (ms * 1e-3) / 1e12)
+    if progress is not None:
+        for _ in case.impls:
             progress(1)
+    prepared = None  # release the set-up state before comparing
     peers = [i.name for i in case.impls if not i.ours and i.name in outputs]
     if row.ours in outputs and peers:
         row.rel_err = rel_error(outputs[row.ours], outputs[peers[0]])
