@@ -19,8 +19,10 @@ using namespace kittens;
 
 enum class major { k, mn };
 
+// L2_HINTS: operands are loaded with L2 evict_last and C is stored with evict_first, so the output streaming
+// through L2 does not push out the A and B panels other blocks are about to read.
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
-          int SUPER_M = 16>
+          bool L2_HINTS = false, int SUPER_M = 16>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
@@ -82,12 +84,16 @@ struct gemm {
 
     __device__ static inline void load(lcsf::producer_args<gemm> &p) {
         tma::expect_bytes(p.arrived, NUM_CONSUMERS * tma::transfer_bytes<a_tile>::value + tma::transfer_bytes<b_tile>::value);
+        auto load = [&](auto &dst, const auto &src, coord idx) {
+            if constexpr (L2_HINTS) tma::load_async(dst, src, idx, p.arrived, tma::l2::evict_last);
+            else tma::load_async(dst, src, idx, p.arrived);
+        };
         for (int c = 0; c < NUM_CONSUMERS; c++) {
-            if constexpr (A_MAJOR == major::k) tma::load_async(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, p.iter}, p.arrived);
-            else tma::load_async(p.input.a[c], p.g.a, {p.iter, p.task.m * NUM_CONSUMERS + c}, p.arrived);
+            if constexpr (A_MAJOR == major::k) load(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, p.iter});
+            else load(p.input.a[c], p.g.a, {p.iter, p.task.m * NUM_CONSUMERS + c});
         }
-        if constexpr (B_MAJOR == major::k) tma::load_async(p.input.b, p.g.b, {p.task.n, p.iter}, p.arrived);
-        else tma::load_async(p.input.b, p.g.b, {p.iter, p.task.n}, p.arrived);
+        if constexpr (B_MAJOR == major::k) load(p.input.b, p.g.b, {p.task.n, p.iter});
+        else load(p.input.b, p.g.b, {p.iter, p.task.n});
     }
 
     __device__ static inline void setup(lcsf::consumer_args<gemm> &) {}
@@ -152,7 +158,9 @@ struct gemm {
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // generic writes -> TMA reads
             warpgroup::sync(c.consumer + 1);
             if (leader) {
-                tma::store_async(c.g.c, buf, {c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * PIECES + j});
+                const coord at{c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * PIECES + j};
+                if constexpr (L2_HINTS) tma::store_async(c.g.c, buf, at, tma::l2::evict_first);
+                else tma::store_async(c.g.c, buf, at);
                 tma::store_commit_group();
             }
         }

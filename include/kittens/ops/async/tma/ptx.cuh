@@ -27,6 +27,34 @@ __device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap *m, uint
                  : "memory");
 }
 
+// An L2 eviction policy for the .L2::cache_hint forms: `first` for data streamed through once (a GEMM's
+// output), `last` for data many blocks read again (its operands).
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+
+__device__ __forceinline__ void load_4d_hint(uint32_t dst, const CUtensorMap *m, uint32_t bar, int c0, int c1, int c2, int c3,
+                                             uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+                 "l"(map_addr(m)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+                 : "memory");
+}
+
+__device__ __forceinline__ void store_4d_hint(const CUtensorMap *m, uint32_t src, int c0, int c1, int c2, int c3, uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group.L2::cache_hint"
+                 " [%0, {%2, %3, %4, %5}], [%1], %6;\n" ::"l"(map_addr(m)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+                 : "memory");
+}
+
 // shared -> global, tracked by the issuing thread's bulk async-group.
 __device__ __forceinline__ void store_4d(const CUtensorMap *m, uint32_t src, int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"

@@ -45,6 +45,34 @@ __device__ inline void load_async(ST &dst, const GL &src, const coord &idx, sema
     detail::for_each_chunk(dst, idx, [&](uint32_t s, int c, int r, int d, int bb) { detail::load_4d(s, m, b, c, r, d, bb); });
 }
 
+// L2 eviction priority for the cache-hinted forms below.
+enum class l2 { evict_first, evict_last };
+namespace detail {
+__device__ __forceinline__ uint64_t policy(l2 hint) {
+    return hint == l2::evict_first ? l2_policy_evict_first() : l2_policy_evict_last();
+}
+} // namespace detail
+
+// load_async with an L2 eviction priority for the source lines.
+template <ducks::st::all ST, ducks::gl::all GL>
+__device__ inline void load_async(ST &dst, const GL &src, const coord &idx, semaphore &bar, l2 hint) {
+    detail::check_tile_types<ST, GL>();
+    const CUtensorMap *m = src.template get_tma<ST>();
+    const uint32_t b = kittens::detail::sem_addr(bar);
+    const uint64_t p = detail::policy(hint);
+    detail::for_each_chunk(dst, idx, [&](uint32_t s, int c, int r, int d, int bb) { detail::load_4d_hint(s, m, b, c, r, d, bb, p); });
+}
+
+// store_async with an L2 eviction priority for the written lines.
+template <ducks::st::all ST, ducks::gl::all GL>
+__device__ inline void store_async(const GL &dst, const ST &src, const coord &idx, l2 hint) {
+    detail::check_tile_types<ST, GL>();
+    const CUtensorMap *m = dst.template get_tma<ST>();
+    const uint64_t p = detail::policy(hint);
+    store_fence();
+    detail::for_each_chunk(src, idx, [&](uint32_t s, int c, int r, int d, int b) { detail::store_4d_hint(m, s, c, r, d, b, p); });
+}
+
 // Start writing `src` to tile `idx` of `dst` (rows / cols beyond the tensor are dropped).
 // Commit with store_commit_group() and wait with store_async_wait / store_async_read_wait.
 template <ducks::st::all ST, ducks::gl::all GL>
