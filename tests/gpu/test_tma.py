@@ -17,7 +17,7 @@ TILES = [("fp32", 16, 16), ("fp32", 64, 32), ("fp32", 32, 64), ("fp32", 16, 48),
          ("fp16", 16, 16), ("fp16", 32, 96), ("fp16", 64, 64),
          ("fp8e4m3", 64, 32), ("fp8e4m3", 32, 64), ("fp8e5m2", 64, 256)]
 VECS = [("fp32", 16), ("fp32", 128), ("bf16", 64), ("bf16", 256), ("fp16", 32)]
-LOAD_PLAIN, PLAIN_STORE, LOAD_STORE, LOAD_ADD, PREFETCH_LOAD = range(5)
+LOAD_PLAIN, PLAIN_STORE, LOAD_STORE, LOAD_ADD, PREFETCH_LOAD, HINTED_LOAD_STORE = range(6)
 B, D = 2, 3
 
 
@@ -78,7 +78,8 @@ def test_tile_load_zero_fills(tk, tile, mode, ragged):
 
 
 @pytest.mark.parametrize("ragged", [False, True], ids=["exact", "ragged"])
-@pytest.mark.parametrize("mode", [PLAIN_STORE, LOAD_STORE], ids=["plain_then_store", "load_then_store"])
+@pytest.mark.parametrize("mode", [PLAIN_STORE, LOAD_STORE, HINTED_LOAD_STORE],
+                         ids=["plain_then_store", "load_then_store", "hinted_load_then_store"])
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}-{t[1]}x{t[2]}")
 def test_tile_store_clips(tk, tile, mode, ragged):
     dt, tr, tc = tile

@@ -7,6 +7,7 @@
 //   2 TMA load  -> TMA store
 //   3 TMA load  -> TMA reduce-add into the destination (dst = old + src)
 //   4 L2 prefetch, then as 0
+//   5 as 2, with L2 eviction hints (load evict_last, store evict_first)
 // The destination of modes 1-3 is a view with a guard band: rows padded to `dst_rows`, row
 // stride `dst_cols` >= C, so anything written outside the logical tensor lands in the band.
 #include "harness.cuh"
@@ -15,7 +16,7 @@ using namespace kittens;
 
 namespace {
 
-enum mode_t { LOAD_PLAIN = 0, PLAIN_STORE = 1, LOAD_STORE = 2, LOAD_ADD = 3, PREFETCH_LOAD = 4 };
+enum mode_t { LOAD_PLAIN = 0, PLAIN_STORE = 1, LOAD_STORE = 2, LOAD_ADD = 3, PREFETCH_LOAD = 4, HINTED_LOAD_STORE = 5 };
 
 template <typename T> __device__ inline T outside_marker() { return convert<T>(100.0f); }
 template <typename T> constexpr bool can_add = !base_types::fp8<T>;
@@ -47,7 +48,8 @@ __global__ void tile_kernel(const __grid_constant__ GL src, const __grid_constan
         if (threadIdx.x == 0) {
             if (mode == PREFETCH_LOAD) tma::prefetch(tile, src, idx);
             tma::expect<ST>(bar);
-            tma::load_async(tile, src, idx, bar);
+            if (mode == HINTED_LOAD_STORE) tma::load_async(tile, src, idx, bar, tma::l2::evict_last);
+            else tma::load_async(tile, src, idx, bar);
         }
         wait(bar, 0);
     }
@@ -60,7 +62,9 @@ __global__ void tile_kernel(const __grid_constant__ GL src, const __grid_constan
             out[int64_t(tr * ST::rows + r) * pc + tc * ST::cols + c] = tile(r, c);
         }
     } else if (threadIdx.x == 0) {
-        if constexpr (can_add<T>) {
+        if (mode == HINTED_LOAD_STORE) {
+            tma::store_async(dst, tile, idx, tma::l2::evict_first);
+        } else if constexpr (can_add<T>) {
             if (mode == LOAD_ADD) tma::store_add_async(dst, tile, idx);
             else tma::store_async(dst, tile, idx);
         } else {
