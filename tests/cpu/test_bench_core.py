@@ -125,11 +125,14 @@ def test_gemm_cases_cover_the_requested_sizes():
     fp8 = [c for c in cases if c.group == "fp8 e4m3"]
     expected = [(n, n, n) for n in (1024, 2048, 4096, 8192, 16384)] + [
         (4096, 4096, 256), (4096, 4096, 1024), (8192, 8192, 1024)]
+    weight = [c for c in cases if c.group == "bf16, b = w.t()"]
     assert [c.shape for c in bf16] == expected and [c.shape for c in fp8] == expected
+    assert [c.shape for c in weight] == expected  # the nn.Linear operand order, same sizes
     assert all(c.flops == 2.0 * c.shape[0] * c.shape[1] * c.shape[2] for c in cases)
     assert all([i.name for i in c.impls if i.ours] == ["tk_ops"] for c in cases)
     backward = gemm.cases(quick=True, backward=True)
-    assert backward and all(c.group == "bf16 backward" and c.impls[0].setup for c in backward)
+    assert backward and all(c.group in ("bf16 backward", "bf16, b = w.t() backward") and c.impls[0].setup
+                            for c in backward)
     assert all(c.flops == 4.0 * c.shape[0] * c.shape[1] * c.shape[2] for c in backward)
 
 

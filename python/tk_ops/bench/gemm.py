@@ -20,20 +20,26 @@ def _label(m: int, n: int, k: int) -> str:
     return f"{m}x{n}x{k}"
 
 
-def bf16_case(m: int, n: int, k: int, backward: bool) -> Case:
+def bf16_case(m: int, n: int, k: int, backward: bool, weight_layout: bool = False) -> Case:
+    """bf16 a @ b with b (K, N) row-major, or with weight_layout b = w.t() for a (N, K) row-major w: the
+    nn.Linear case, which reads B K-major."""
     import tk_ops
 
     def make_inputs():
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+        if weight_layout:
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+            return a, w.t()
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
         return a, b
 
     impls = [("tk_ops", tk_ops.matmul, True), ("torch", torch.matmul, False)]
+    group = "bf16, b = w.t()" if weight_layout else "bf16"
     if backward:
         timed = [(name, *backward_of(f), ours) for name, f, ours in impls]
-        return Case("bf16 backward", _label(m, n, k), (m, n, k), 4.0 * m * n * k, make_inputs,
+        return Case(group + " backward", _label(m, n, k), (m, n, k), 4.0 * m * n * k, make_inputs,
                     [Impl(name, fn, ours, setup=setup) for name, setup, fn, ours in timed])
-    return Case("bf16", _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
+    return Case(group, _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
                 [Impl(name, f, ours) for name, f, ours in impls])
 
 
@@ -59,7 +65,7 @@ def fp8_case(m: int, n: int, k: int) -> Case:
 
 def cases(quick: bool = False, backward: bool = False) -> list[Case]:
     sizes = QUICK_SIZES if quick else SIZES
-    out = [bf16_case(*s, backward) for s in sizes]
+    out = [bf16_case(*s, backward) for s in sizes] + [bf16_case(*s, backward, weight_layout=True) for s in sizes]
     if not backward:
         out += [fp8_case(*s) for s in sizes]
     return out
