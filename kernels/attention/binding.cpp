@@ -14,22 +14,11 @@
 #include <type_traits>
 
 #include "attention.h"
+#include "common/require.h"
 
 namespace {
 
-// Errors are thrown as std::invalid_argument with messages built from std::string / std::to_string, never
-// through std::ostream (which TORCH_CHECK uses): on the device image stream number formatting inside this
-// library crashed the process (see kernels/gemm/binding.cpp).
-inline std::string text(const char *s) { return s; }
-inline std::string text(const std::string &s) { return s; }
-template <typename T>
-    requires std::is_arithmetic_v<T>
-std::string text(T v) { return std::to_string(v); }
-
-template <typename... Parts> void require(bool ok, const Parts &...parts) {
-    if (ok) return;
-    throw std::invalid_argument((std::string() + ... + text(parts)));
-}
+using tk_kernels::require;
 
 // TMA reads a (B, H, N, D) view in place when D is dense, the other strides are multiples of 16 bytes and the
 // base is 16-byte aligned; anything else is copied to a contiguous tensor first.

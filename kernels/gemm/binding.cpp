@@ -11,24 +11,12 @@
 #include <type_traits>
 #include <stdexcept>
 
+#include "common/require.h"
 #include "gemm.h"
 
 namespace {
 
-// Argument errors are thrown as std::invalid_argument (torch raises them in Python as RuntimeError). The
-// message is assembled with std::string and std::to_string rather than a stream: on the device image, number
-// formatting through std::ostream inside this library (which TORCH_CHECK also uses) crashed the process,
-// apparently a mismatch between the libstdc++ headers built against and the one loaded at run time.
-inline std::string text(const char *s) { return s; }
-inline std::string text(const std::string &s) { return s; }
-template <typename T>
-    requires std::is_arithmetic_v<T>
-std::string text(T v) { return std::to_string(v); }
-
-template <typename... Parts> void require(bool ok, const Parts &...parts) {
-    if (ok) return;
-    throw std::invalid_argument((std::string() + ... + text(parts)));
-}
+using tk_kernels::require;
 
 bool aligned16(const at::Tensor &t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
