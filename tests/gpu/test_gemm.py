@@ -42,6 +42,16 @@ def test_matmul(mnk, a_t, b_t):
     assert_close(out, reference.matmul(a, b), BF16_TOL, f"matmul {mnk}")
 
 
+@pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_t"])
+def test_matmul_output_larger_than_l2(b_t):
+    """Short K with an output bigger than L2 takes the configuration with L2 eviction hints."""
+    m, n, k = 8192, 8200, 256
+    a, b = make_operand(m, k, False), make_operand(k, n, b_t)
+    fresh_pool_with_nan(m * n)
+    out = tk_ops.matmul(a, b)
+    assert_close(out, reference.matmul(a, b), BF16_TOL, "large output")
+
+
 def test_matmul_matches_cublas_closely():
     a, b = make_operand(2048, 1024, False), make_operand(1024, 4096, True)
     ours, theirs, ref = tk_ops.matmul(a, b), a @ b, reference.matmul(a, b)
