@@ -25,17 +25,22 @@ int device_attribute(cudaDeviceAttr attr, int fallback) {
     return n > 0 ? n : fallback;
 }
 
-enum class config { big, hinted, small };
+// 64 x 128 blocks with one consumer warpgroup, 6-stage ring: for problems that would leave SMs idle even with
+// 128 x 128 blocks.
+template <major AM, major BM_> using tiny = gemm<bf16, bf16, AM, BM_, 128, 6, 128, false, 1>;
 
-// TK_OPS_GEMM_CONFIG=big|hinted|small forces a configuration (for tuning); by default the shape decides.
+enum class config { big, hinted, small, tiny };
+
+// TK_OPS_GEMM_CONFIG=big|hinted|small|tiny forces a configuration (for tuning); by default the shape decides.
 config pick(int M, int N, int K) {
     static const char *forced = std::getenv("TK_OPS_GEMM_CONFIG");
     if (forced) {
         std::string f(forced);
-        return f == "small" ? config::small : f == "hinted" ? config::hinted : config::big;
+        return f == "small" ? config::small : f == "hinted" ? config::hinted : f == "tiny" ? config::tiny : config::big;
     }
-    if (2 * big<major::k, major::k>::num_tasks(M, N) <= device_attribute(cudaDevAttrMultiProcessorCount, 132))
-        return config::small;
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
+    if (2 * small<major::k, major::k>::num_tasks(M, N) <= sms) return config::tiny;
+    if (2 * big<major::k, major::k>::num_tasks(M, N) <= sms) return config::small;
     // Short K with an output larger than L2: the streamed-out C would evict the operand panels (measured:
     // 8192x8192x256 +5-8%; no gain at 4096x4096x256, a 1-2% loss at 8192^3, so only here).
     const double c_bytes = double(M) * N * sizeof(bf16);
@@ -47,6 +52,7 @@ template <major AM, major BM_>
 cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cudaStream_t stream) {
     switch (pick(M, N, K)) {
     case config::small: return launch_gemm<small<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
+    case config::tiny: return launch_gemm<tiny<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
     case config::hinted: return launch_gemm<hinted<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
     default: return launch_gemm<big<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
     }

@@ -21,14 +21,15 @@ enum class major { k, mn };
 
 // L2_HINTS: operands are loaded with L2 evict_last and C is stored with evict_first, so the output streaming
 // through L2 does not push out the A and B panels other blocks are about to read.
+// CONSUMERS: consumer warpgroups per block, 64 rows each (one for problems too small to fill the GPU).
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
-          bool L2_HINTS = false, int SUPER_M = 16>
+          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
-    static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
+    static constexpr int NUM_CONSUMERS = CONSUMERS, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
     static constexpr int BM = 64 * NUM_CONSUMERS, BLOCK_N = BN;
     static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice
