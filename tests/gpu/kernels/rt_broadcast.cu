@@ -1,5 +1,6 @@
 // Register tiles: row and column broadcasts of a register vector onto a tile.
 #include "harness.cuh"
+#include "reg_cases.cuh"
 #include "rt_io.cuh"
 
 using namespace kittens;
@@ -46,27 +47,11 @@ template <bool per_row, typename T, int R, int C, typename L> int run_broadcast(
     return 0;
 }
 
-template <typename T, typename L, int R, int C> void add_one() {
-    const std::string tag =
-        std::string(tk_test::dtype_name<T>()) + "/" + tk_test::layout_name<L>() + "/" + tk_test::shape(R, C);
-    tk_test::add("rt_bcast_row/" + tag, &run_broadcast<true, T, R, C, L>);
-    tk_test::add("rt_bcast_col/" + tag, &run_broadcast<false, T, R, C, L>);
-}
-template <typename T, typename L> void add_shapes() {
-    add_one<T, L, 16, 16>();
-    add_one<T, L, 32, 64>();
-    add_one<T, L, 64, 32>();
-    add_one<T, L, 16, 128>();
-}
-template <typename L> void add_layout() {
-    add_shapes<float, L>();
-    add_shapes<bf16, L>();
-    add_shapes<half, L>();
-}
-
 } // namespace
 
 TK_TEST_REGISTER(rt_broadcast) {
-    add_layout<row_l>();
-    add_layout<col_l>();
+    tk_test::for_each_rt_case<float, bf16, half>([]<typename T, typename L, int R, int C>(const std::string &tag) {
+        tk_test::add("rt_bcast_row/" + tag, &run_broadcast<true, T, R, C, L>);
+        tk_test::add("rt_bcast_col/" + tag, &run_broadcast<false, T, R, C, L>);
+    });
 }

@@ -2,6 +2,7 @@
 // swap_layout is checked by storing the result through the OTHER layout's documented order: the
 // matrix must come back unchanged.
 #include "harness.cuh"
+#include "reg_cases.cuh"
 #include "rt_io.cuh"
 
 using namespace kittens;
@@ -33,28 +34,11 @@ template <typename T, int R, int C, typename L> int run_transpose(void **b, cons
     return 0;
 }
 
-template <typename T, typename L, int R, int C> void add_one() {
-    const std::string tag =
-        std::string(tk_test::dtype_name<T>()) + "/" + tk_test::layout_name<L>() + "/" + tk_test::shape(R, C);
-    tk_test::add("rt_swap/" + tag, &run_swap<T, R, C, L>);
-    tk_test::add("rt_transpose/" + tag, &run_transpose<T, R, C, L>);
-}
-template <typename T, typename L> void add_shapes() {
-    add_one<T, L, 16, 16>();
-    add_one<T, L, 32, 64>();
-    add_one<T, L, 64, 32>();
-    add_one<T, L, 16, 128>();
-}
-template <typename L> void add_layout() {
-    add_shapes<float, L>();
-    add_shapes<bf16, L>();
-    add_shapes<half, L>();
-    add_shapes<fp8e4m3, L>();
-}
-
 } // namespace
 
 TK_TEST_REGISTER(rt_layout_ops) {
-    add_layout<row_l>();
-    add_layout<col_l>();
+    tk_test::for_each_rt_case<float, bf16, half, fp8e4m3>([]<typename T, typename L, int R, int C>(const std::string &tag) {
+        tk_test::add("rt_swap/" + tag, &run_swap<T, R, C, L>);
+        tk_test::add("rt_transpose/" + tag, &run_transpose<T, R, C, L>);
+    });
 }

@@ -1,27 +1,18 @@
 // Register vectors: named unary and binary maps, and whole-vector reductions (result in every
 // lane).
 #include "harness.cuh"
+#include "map_ops.cuh"
+#include "reg_cases.cuh"
 #include "rt_io.cuh"
 
 using namespace kittens;
 
 namespace {
 
-// op: 0 exp, 1 exp2, 2 log, 3 log2, 4 abs, 5 relu, 6 neg, 7 sqrt, 8 rsqrt.
 template <typename T, typename L, int N> __global__ void unary_kernel(const T *in, T *out, int op) {
     rv<T, N, L> x, y;
     rt_io::load(x, in);
-    switch (op) {
-    case 0: exp(y, x); break;
-    case 1: exp2(y, x); break;
-    case 2: log(y, x); break;
-    case 3: log2(y, x); break;
-    case 4: abs(y, x); break;
-    case 5: relu(y, x); break;
-    case 6: neg(y, x); break;
-    case 7: sqrt(y, x); break;
-    default: rsqrt(y, x); break;
-    }
+    map_ops::unary(y, x, op);
     rt_io::store_replicas(out, y);
 }
 template <typename T, typename L, int N> int run_unary(void **b, const long long *a) {
@@ -29,33 +20,16 @@ template <typename T, typename L, int N> int run_unary(void **b, const long long
     return 0;
 }
 
-// op: 0 add, 1 sub, 2 mul, 3 div, 4 max, 5 min. scalar == 0: vector-vector (in place);
-// scalar == 1: vector-scalar with s[0].
+// Ops as in map_ops.cuh. scalar == 0: vector-vector (in place); scalar == 1: vector-scalar
+// with s[0].
 template <typename T, typename L, int N>
 __global__ void binary_kernel(const T *a_in, const T *b_in, const T *s, T *out, int op, int scalar) {
     rv<T, N, L> a, b;
     rt_io::load(a, a_in);
     rt_io::load(b, b_in);
     const T v = s[0];
-    if (!scalar) {
-        switch (op) {
-        case 0: add(a, a, b); break;
-        case 1: sub(a, a, b); break;
-        case 2: mul(a, a, b); break;
-        case 3: div(a, a, b); break;
-        case 4: max(a, a, b); break;
-        default: min(a, a, b); break;
-        }
-    } else {
-        switch (op) {
-        case 0: add(a, a, v); break;
-        case 1: sub(a, a, v); break;
-        case 2: mul(a, a, v); break;
-        case 3: div(a, a, v); break;
-        case 4: max(a, a, v); break;
-        default: min(a, a, v); break;
-        }
-    }
+    if (!scalar) map_ops::binary(a, a, b, op);
+    else map_ops::binary(a, a, v, op);
     rt_io::store_replicas(out, a);
 }
 template <typename T, typename L, int N> int run_binary(void **b, const long long *a) {
@@ -93,8 +67,7 @@ template <typename T, typename L, int N> int run_reduce(void **b, const long lon
 }
 
 template <typename T, typename L, int N> void add_one() {
-    const std::string tag =
-        std::string(tk_test::dtype_name<T>()) + "/" + tk_test::layout_name<L>() + "/" + std::to_string(N);
+    const std::string tag = tk_test::case_tag<T, L>(std::to_string(N));
     tk_test::add("rv_unary/" + tag, &run_unary<T, L, N>);
     tk_test::add("rv_binary/" + tag, &run_binary<T, L, N>);
     tk_test::add("rv_reduce/" + tag, &run_reduce<T, L, N>);
