@@ -1,30 +1,40 @@
-"""Attention forward (flash attention) on Hopper tensor cores, a drop-in for the forward of
+"""Attention (flash attention) on Hopper tensor cores, forward and backward: a drop-in for
 ``torch.nn.functional.scaled_dot_product_attention``.
 
 ``attention(q, k, v, causal=False, scale=None)`` takes (B, H, N, D) tensors like SDPA: bf16 or fp16,
 head dimension 64 or 128, any sequence lengths (ragged tails are masked), different query and key lengths,
 and grouped-query / multi-query attention (K and V with fewer heads). ``attention_with_lse`` also returns
-the row log-sum-exp that the backward needs.
+the row log-sum-exp.
 
 Causal attention with Nq != Nk is aligned to the bottom-right corner, as in FlashAttention: query i sees
-keys j <= i + Nk - Nq. Rows that see no key (possible when Nq > Nk) output zeros and log-sum-exp -inf.
-(SDPA's ``is_causal`` aligns top-left instead; the two agree when Nq == Nk.)
+keys j <= i + Nk - Nq. Rows that see no key (possible when Nq > Nk) output zeros and log-sum-exp -inf, and
+their query gradient is zero. (SDPA's ``is_causal`` aligns top-left instead; the two agree when Nq == Nk.)
 
-The kernel is the custom op ``torch.ops.tk_ops.attention_fwd(q, k, v, causal, scale) -> (O, LSE)`` with a
-fake implementation, so it traces under ``torch.compile(fullgraph=True)`` and captures into CUDA graphs.
-There is no backward yet: asking for gradients through it raises an error saying so.
+Two custom ops carry the kernels, each with a fake implementation, so they trace under
+``torch.compile(fullgraph=True)`` (forward and backward) and capture into CUDA graphs:
+
+- ``torch.ops.tk_ops.attention_fwd(q, k, v, causal, scale) -> (O, LSE)``
+- ``torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, causal, scale) -> (dQ, dK, dV)``, which
+  recomputes the probabilities from LSE; dK and dV are summed over the query heads of each group (GQA).
+
+The autograd formula of ``attention_fwd`` calls ``attention_bwd``. Gradients reach q, k and v only where they
+require them. A gradient flowing into LSE (when the log-sum-exp of ``attention_with_lse`` feeds the loss) is
+exact too; it costs a second backward call (see ``_lse_part``).
 """
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 from . import _ext
 from .errors import DTypeError, InputError
 
 _lib = torch.library.Library("tk_ops", "FRAGMENT")
 _lib.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
+_lib.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, bool causal, float scale) "
+            "-> (Tensor dq, Tensor dk, Tensor dv)")
 
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
@@ -36,17 +46,57 @@ def _attention_fwd_fake(q, k, v, causal, scale):
     return q.new_empty((b, h, n, d)), q.new_empty((b, h, n), dtype=torch.float32)
 
 
-def _no_backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError(
-        "tk_ops.attention: the attention backward is not available yet; call it on tensors that do not require "
-        "grad (or under torch.no_grad()), or use torch.nn.functional.scaled_dot_product_attention for training")
+@torch.library.register_fake("tk_ops::attention_bwd")
+def _attention_bwd_fake(q, k, v, o, dout, lse, causal, scale):
+    # Contiguous, in the input dtype: dQ shaped like q, dK and dV like k and v (summed over each GQA group).
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def _setup_nothing(ctx, inputs, output):
-    pass
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale = causal, scale
+    # An output that does not reach the loss (usually LSE) then arrives as None instead of a zero tensor, so
+    # the common case needs neither a data-dependent check (a device sync) nor a second backward call.
+    ctx.set_materialize_grads(False)
 
 
-torch.library.register_autograd("tk_ops::attention_fwd", _no_backward, setup_context=_setup_nothing)
+def _lse_part(q, k, v, lse, grad_lse, causal, scale):
+    """(dQ, dK) of sum_i grad_lse_i * LSE_i, from one more call of the backward kernel.
+
+    dLSE_i/dS_ij = P_ij, so this term adds P_ij * grad_lse_i to dS = P * (dP - delta), where dP = dO V^T and
+    delta_i = rowsum(dO_i * O_i); O enters the backward only through delta. Calling the kernel with
+    O = 0 (delta = 0), V' = e_0 for every key and dO'_i = grad_lse_i * e_0 gives dP'_ij = grad_lse_i, hence
+    dS'_ij = P_ij * grad_lse_i: its dQ' and dK' are exactly this term (its dV' is discarded). grad_lse is
+    divided by its largest magnitude on the way in, and the results multiplied back, so that fp16 neither
+    overflows nor loses small values."""
+    d = q.shape[-1]
+    g = grad_lse.float()
+    m = g.abs().amax().clamp_min(torch.finfo(torch.float32).tiny)
+    dout = F.pad((g / m).to(q.dtype).unsqueeze(-1), (0, d - 1))
+    v_unit = F.pad(q.new_ones((*v.shape[:-1], 1)), (0, d - 1))
+    dq, dk, _ = torch.ops.tk_ops.attention_bwd(q, k, v_unit, torch.zeros_like(dout), dout, lse, causal, scale)
+    return dq.float() * m, dk.float() * m
+
+
+def _attention_backward(ctx, grad_out, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    causal, scale = ctx.causal, ctx.scale
+    if grad_out is not None:
+        dq, dk, dv = torch.ops.tk_ops.attention_bwd(q, k, v, o, grad_out, lse, causal, scale)
+    else:
+        dq = dk = None
+        dv = torch.zeros_like(v, memory_format=torch.contiguous_format)
+    if grad_lse is not None and grad_lse.numel() > 0:
+        lq, lk = _lse_part(q, k, v, lse, grad_lse, causal, scale)
+        dq = (lq if dq is None else dq.float() + lq).to(q.dtype)
+        dk = (lk if dk is None else dk.float() + lk).to(k.dtype)
+    need_q, need_k, need_v = ctx.needs_input_grad[:3]
+    return dq if need_q else None, dk if need_k else None, dv if need_v else None, None, None
+
+
+torch.library.register_autograd("tk_ops::attention_fwd", _attention_backward, setup_context=_attention_setup)
 
 
 def _tma_readable(t: torch.Tensor) -> bool:
@@ -94,7 +144,8 @@ def _check(q, k, v, causal, scale) -> float:
 def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(O, LSE)``: O as :func:`attention`, and LSE (B, H, Nq) float32, the natural-log sum over the
-    visible keys of exp(scale * q.k) per query row (-inf for a row that sees no key)."""
+    visible keys of exp(scale * q.k) per query row (-inf for a row that sees no key). Both are differentiable
+    (a loss that uses LSE costs a second backward kernel call)."""
     scale = _check(q, k, v, causal, scale)
     _ext.check_device(q=q, k=k, v=v)
     _ext.require("attention")
@@ -109,5 +160,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     ``F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` (bottom-right causal alignment
     when Nq != Nk; see the module docstring). K and V may have fewer heads than Q (GQA / MQA): query head h
     uses key/value head h // (Hq // Hk). Default scale 1/sqrt(D). Returns (B, Hq, Nq, D) in the input dtype.
+    Differentiable: the backward runs on the tk_ops backward kernel.
     """
     return attention_with_lse(q, k, v, causal, scale)[0]
