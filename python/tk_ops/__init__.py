@@ -2,9 +2,10 @@
 
     import tk_ops
     c = tk_ops.matmul(a, b)                         # bf16 GEMM
-    o = tk_ops.attention(q, k, v, causal=True)      # flash attention forward, (B, H, N, D)
+    o = tk_ops.attention(q, k, v, causal=True)      # flash attention, (B, H, N, D), with a backward
     y = tk_ops.scaled_mm(a8, b8_t.t(), sa, sb)      # fp8 e4m3 GEMM, like torch._scaled_mm
     layer = tk_ops.nn.Linear(4096, 4096)            # drop-in for torch.nn.Linear
+    attn = tk_ops.nn.Attention(2048, 16, causal=True)  # fused qkv projection, attention, output projection
     tk_ops.reference                                # float64 PyTorch references of every op
 
 Importing never needs the compiled extension; ops load it on first use and raise a clear error

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import torch
 
+from .attention import HEAD_DIMS, attention
 from .errors import DTypeError, InputError
 from .gemm import matmul
+
+__all__ = ["Linear", "Attention"]
 
 
 class Linear(torch.nn.Linear):
@@ -42,3 +45,63 @@ class Linear(torch.nn.Linear):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class Attention(torch.nn.Module):
+    """Multi-head self-attention for a transformer block: ``x (B, N, E) -> (B, N, E)``.
+
+    One fused projection ``qkv`` (a :class:`Linear`, E -> (H + 2 * Hkv) * D) makes the queries, keys and
+    values, :func:`tk_ops.attention` mixes them and ``proj`` (a :class:`Linear`, H * D -> E) projects back; all
+    three run on tk_ops kernels, forward and backward. D = E / H is the head dimension (64 or 128).
+    ``num_kv_heads`` < ``num_heads`` gives grouped-query attention (1: multi-query); query head h uses
+    key/value head h // (H / Hkv). ``causal`` masks future positions.
+
+    The rows of ``qkv.weight`` are the H query heads, then the Hkv key heads, then the Hkv value heads, each
+    D rows long; an equivalent PyTorch module computes::
+
+        q, k, v = qkv(x).split([H * D, Hkv * D, Hkv * D], dim=-1)   # each viewed (B, N, heads, D)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=causal, enable_gqa=True)
+        y = proj(o.transpose(1, 2).reshape(B, N, H * D))
+
+    Parameters are bfloat16 by default (the projections compute in bfloat16).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None, causal: bool = False,
+                 bias: bool = False, device=None, dtype=torch.bfloat16):
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"tk_ops.nn.Attention: {name} must be a positive int, got {value!r}")
+        if embed_dim % num_heads:
+            raise InputError(f"tk_ops.nn.Attention: embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
+        head_dim = embed_dim // num_heads
+        if head_dim not in HEAD_DIMS:
+            raise InputError(f"tk_ops.nn.Attention: the head dimension embed_dim / num_heads = {head_dim} must be 64 "
+                             f"or 128; choose num_heads = embed_dim / 64 or embed_dim / 128")
+        if num_heads % num_kv_heads:
+            raise InputError(f"tk_ops.nn.Attention: num_heads={num_heads} must be a multiple of "
+                             f"num_kv_heads={num_kv_heads} (grouped-query attention)")
+        if not isinstance(causal, bool):
+            raise InputError(f"tk_ops.nn.Attention: causal must be a bool, got {type(causal).__name__}")
+        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
+        self.head_dim, self.causal = head_dim, causal
+        self.qkv = Linear(embed_dim, (num_heads + 2 * num_kv_heads) * head_dim, bias=bias, device=device, dtype=dtype)
+        self.proj = Linear(num_heads * head_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            raise InputError(f"tk_ops.nn.Attention: input must be (batch, seq_len, {self.embed_dim}), "
+                             f"got shape {tuple(x.shape)}")
+        b, n, _ = x.shape
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv(x).view(b, n, h + 2 * hkv, d)
+        # (B, N, heads, D) slices viewed as (B, heads, N, D): the attention kernel reads them in place.
+        q, k, v = (t.transpose(1, 2) for t in qkv.split([h, hkv, hkv], dim=2))
+        o = attention(q, k, v, causal=self.causal)
+        return self.proj(o.transpose(1, 2).reshape(b, n, h * d))
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+                f"head_dim={self.head_dim}, causal={self.causal}")
