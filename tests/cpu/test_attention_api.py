@@ -1,12 +1,16 @@
-"""Attention API checks that need no GPU: argument validation, the fake (meta) implementation and the
-float64 reference's conventions (GQA head mapping, bottom-right causal alignment, empty rows)."""
+"""Attention API checks that need no GPU: argument validation, the fake (meta) implementations of the forward
+and backward ops, the autograd formula (run on CPU stand-ins for the two kernels), nn.Attention's argument
+checks, the benchmark's backward cases and the float64 references' conventions (GQA head mapping,
+bottom-right causal alignment, empty rows, gradients)."""
 import math
+from contextlib import contextmanager
 
 import pytest
 import torch
 
 import tk_ops
 from tk_ops import reference
+from tk_ops.bench import attention as attention_bench
 from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 
 
@@ -87,3 +91,246 @@ def test_reference_causal_is_bottom_right():
     expect = torch.nn.functional.scaled_dot_product_attention(square.double(), square.double(), square.double(),
                                                               is_causal=True)
     torch.testing.assert_close(o_sq, expect)
+
+
+# ---------------------------------------------------------------- backward: fake, autograd, references
+
+def test_backward_fake_gives_shapes():
+    q = t(2, 8, 100, 128, device="meta", dtype=torch.float16)
+    kv = t(2, 2, 37, 128, device="meta", dtype=torch.float16)
+    o = t(2, 8, 100, 128, device="meta", dtype=torch.float16)
+    lse = t(2, 8, 100, device="meta", dtype=torch.float32)
+    dq, dk, dv = torch.ops.tk_ops.attention_bwd(q, kv, kv, o, o, lse, True, 0.125)
+    assert dq.shape == (2, 8, 100, 128) and dk.shape == dv.shape == (2, 2, 37, 128)
+    assert all(g.dtype == torch.float16 and g.is_contiguous() for g in (dq, dk, dv))
+
+
+def test_backward_fake_from_strided_views():
+    """Transposed (B, N, H, D) inputs: the gradients are still contiguous (B, H, N, D)."""
+    q = t(2, 50, 4, 64, device="meta").transpose(1, 2)
+    kv = t(2, 30, 1, 64, device="meta").transpose(1, 2)
+    dq, dk, dv = torch.ops.tk_ops.attention_bwd(q, kv, kv, q, q, t(2, 4, 50, device="meta", dtype=torch.float32),
+                                                False, 0.125)
+    assert dq.shape == (2, 4, 50, 64) and dq.is_contiguous() and dk.shape == (2, 1, 30, 64) and dv.is_contiguous()
+
+
+def test_autograd_on_meta_tensors():
+    """The autograd formula runs on meta tensors (the path torch.compile's tracing takes)."""
+    q = t(2, 8, 100, 64, device="meta").requires_grad_()
+    k = t(2, 2, 37, 64, device="meta").requires_grad_()
+    v = t(2, 2, 37, 64, device="meta").requires_grad_()
+    out, lse = torch.ops.tk_ops.attention_fwd(q, k, v, True, 0.125)
+    assert out.requires_grad and lse.requires_grad
+    dq, dk, dv = torch.autograd.grad(out.sum() + lse.sum(), (q, k, v))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape and dq.dtype == torch.bfloat16
+    (dk_only,) = torch.autograd.grad(torch.ops.tk_ops.attention_fwd(q, k, v, False, 0.125)[0].sum(), (k,))
+    assert dk_only.shape == k.shape
+
+
+def _standin_forward(q, k, v, causal, scale):
+    o, lse = reference.attention(q, k, v, causal=causal, scale=scale)
+    return o.to(q.dtype), lse.float()
+
+
+def _standin_backward(q, k, v, o, dout, lse, causal, scale):
+    """What the CUDA kernel computes, written independently of tk_ops.reference: P from the saved LSE,
+    delta from the saved O (so the autograd formula's handling of an LSE gradient is checked against the
+    true gradient), dK and dV summed over each GQA group; contiguous outputs in the input dtype."""
+    b, hq, nq, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    kk = k.double().repeat_interleave(hq // hk, dim=1)
+    vv = v.double().repeat_interleave(hq // hk, dim=1)
+    s = q.double() @ kk.transpose(-1, -2) * scale
+    visible = torch.ones(nq, nk, dtype=torch.bool)
+    if causal:
+        visible = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+    finite_lse = torch.where(torch.isfinite(lse), lse.double(), 0.0)[..., None]
+    p = torch.where(visible, torch.exp(torch.where(visible, s, 0.0) - finite_lse), 0.0)
+    dp = dout.double() @ vv.transpose(-1, -2)
+    ds = p * (dp - (dout.double() * o.double()).sum(-1, keepdim=True))
+    dq = ds @ kk * scale
+    dk = (ds.transpose(-1, -2) @ q.double() * scale).view(b, hk, hq // hk, nk, d).sum(2)
+    dv = (p.transpose(-1, -2) @ dout.double()).view(b, hk, hq // hk, nk, d).sum(2)
+    return tuple(g.to(q.dtype).contiguous() for g in (dq, dk, dv))
+
+
+@contextmanager
+def cpu_kernels(count=None):
+    """CPU stand-ins for the two CUDA kernels, registered for the duration of the block; `count` (a list)
+    records each backward call."""
+    lib = torch.library.Library("tk_ops", "IMPL")
+
+    def backward(*args):
+        if count is not None:
+            count.append(1)
+        return _standin_backward(*args)
+    try:
+        torch.library.register_kernel("tk_ops::attention_fwd", "cpu", _standin_forward, lib=lib)
+        torch.library.register_kernel("tk_ops::attention_bwd", "cpu", backward, lib=lib)
+        yield
+    finally:
+        lib._destroy()
+
+
+def naive_attention(q, k, v, causal, scale):
+    """(O, LSE, visible rows) by the textbook formula in float64, differentiable everywhere, for autograd:
+    rows that see no key give O = 0 with a zero gradient."""
+    hq, hk, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    kk = k.repeat_interleave(hq // hk, dim=1)
+    vv = v.repeat_interleave(hq // hk, dim=1)
+    s = q @ kk.transpose(-1, -2) * scale
+    visible = torch.ones(nq, nk, dtype=torch.bool)
+    if causal:
+        visible = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+    m = s.detach().masked_fill(~visible, float("-inf")).amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0.0)  # shifting by a constant changes no value or gradient
+    e = torch.where(visible, torch.exp(torch.where(visible, s, m) - m), 0.0)
+    denom = e.sum(-1, keepdim=True)
+    o = (e / denom.clamp_min(1e-300)) @ vv
+    lse = (m + torch.log(denom.clamp_min(1e-300)))[..., 0]
+    return o, lse, visible.any(-1)
+
+
+def leaves(*shapes, requires_grad=(True, True, True), dtype=torch.float64):
+    return [torch.randn(*s, dtype=dtype).requires_grad_(r) for s, r in zip(shapes, requires_grad)]
+
+
+# (Hq, Hk, Nq, Nk): MHA, GQA, MQA, cross lengths both ways (causal rows with Nq > Nk see no key), one query.
+GRAD_CASES = [(2, 2, 9, 9), (4, 2, 13, 13), (3, 1, 11, 7), (4, 2, 5, 12), (4, 1, 12, 5), (2, 2, 1, 6)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "hq{}_hk{}_{}x{}".format(*c))
+def test_reference_backward_matches_autograd(case, causal):
+    hq, hk, nq, nk = case
+    q, k, v = leaves((2, hq, nq, 64), (2, hk, nk, 64), (2, hk, nk, 64))
+    dout, dlse = torch.randn(2, hq, nq, 64, dtype=torch.float64), torch.randn(2, hq, nq, dtype=torch.float64)
+    o, lse, seen = naive_attention(q, k, v, causal, 0.3)
+    loss = (o * dout).sum() + (torch.where(seen, lse, 0.0) * dlse).sum()
+    expect = torch.autograd.grad(loss, (q, k, v))
+    # the reference's forward agrees with the naive one
+    ref_o, ref_lse = reference.attention(q, k, v, causal=causal, scale=0.3)
+    torch.testing.assert_close(ref_o, o)
+    torch.testing.assert_close(ref_lse[..., seen], lse[..., seen])
+    got = reference.attention_backward(q, k, v, dout, causal, 0.3, dlse=torch.where(seen, dlse, 0.0))
+    for name, g, e in zip("qkv", got, expect):
+        assert g.dtype == torch.float64 and g.shape == e.shape, name
+        torch.testing.assert_close(g, e, msg=f"d{name}")
+    # O alone (no dlse), default scale
+    o, _, _ = naive_attention(q, k, v, causal, 64 ** -0.5)
+    expect = torch.autograd.grad((o * dout).sum(), (q, k, v))
+    for name, g, e in zip("qkv", reference.attention_backward(q, k, v, dout, causal), expect):
+        torch.testing.assert_close(g, e, msg=f"d{name}")
+    if causal and nq > nk:
+        assert (got[0][:, :, : nq - nk] == 0).all(), "rows that see no key get dq = 0"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "hq{}_hk{}_{}x{}".format(*c))
+def test_autograd_formula_on_cpu_standins(case, causal):
+    """Gradients through torch.ops.tk_ops.attention_fwd (with CPU stand-ins for the kernels) equal the
+    float64 reference: through O, through LSE (the second backward call), and through both."""
+    hq, hk, nq, nk = case
+    q, k, v = leaves((2, hq, nq, 64), (2, hk, nk, 64), (2, hk, nk, 64))
+    dout, dlse = torch.randn(2, hq, nq, 64, dtype=torch.float64), torch.randn(2, hq, nq, dtype=torch.float64)
+    calls = []
+    with cpu_kernels(calls):
+        o, lse = torch.ops.tk_ops.attention_fwd(q, k, v, causal, 0.2)
+        seen = torch.isfinite(lse)
+        dlse = torch.where(seen, dlse, 0.0)
+        for with_o, with_lse, n_calls in ((True, False, 1), (False, True, 1), (True, True, 2)):
+            calls.clear()
+            loss = 0.0
+            if with_o:
+                loss = loss + (o * dout).sum()
+            if with_lse:
+                loss = loss + (torch.where(seen, lse, 0.0) * dlse).sum()
+            got = torch.autograd.grad(loss, (q, k, v), retain_graph=True)
+            expect = reference.attention_backward(q, k, v, dout if with_o else torch.zeros_like(dout), causal, 0.2,
+                                                  dlse=dlse if with_lse else None)
+            assert len(calls) == n_calls, (with_o, with_lse)
+            for name, g, e in zip("qkv", got, expect):
+                # LSE is float32 in the op, so P carries ~1e-7 relative error
+                torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=f"d{name} o={with_o} lse={with_lse}")
+
+
+def test_autograd_only_where_required():
+    q, k, v = leaves((1, 4, 6, 64), (1, 2, 6, 64), (1, 2, 6, 64), requires_grad=(False, True, False))
+    with cpu_kernels():
+        o, _ = torch.ops.tk_ops.attention_fwd(q, k, v, True, 0.125)
+        o.sum().backward()
+    assert q.grad is None and v.grad is None and k.grad is not None and k.grad.shape == k.shape
+    torch.testing.assert_close(k.grad, reference.attention_backward(q, k, v, torch.ones_like(o), True, 0.125)[1],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_opcheck_forward_and_backward_ops():
+    """Schema, fake-vs-real metadata, autograd registration and AOT-dispatch (torch.compile's path) of both ops,
+    with the CPU stand-ins in place of the kernels."""
+    q, k, v = leaves((2, 4, 7, 64), (2, 2, 5, 64), (2, 2, 5, 64))
+    with cpu_kernels():
+        torch.library.opcheck(torch.ops.tk_ops.attention_fwd, (q, k, v, True, 0.125))
+        torch.library.opcheck(torch.ops.tk_ops.attention_fwd, (q, k, v, False, 0.5))
+        o, lse = (x.detach() for x in torch.ops.tk_ops.attention_fwd(q, k, v, False, 0.125))
+        args = (q.detach(), k.detach(), v.detach(), o, torch.randn_like(o), lse, False, 0.125)
+        torch.library.opcheck(torch.ops.tk_ops.attention_bwd, args)
+
+
+def test_compiled_backward_traces_with_one_call():
+    """torch.compile(fullgraph=True) traces forward and backward; an LSE that is not used costs no second
+    backward call."""
+    q, k, v = leaves((1, 4, 10, 64), (1, 1, 8, 64), (1, 1, 8, 64))
+    dout = torch.randn(1, 4, 10, 64, dtype=torch.float64)
+
+    def loss(q, k, v):
+        return (torch.ops.tk_ops.attention_fwd(q * 2, k, v, True, 0.125)[0] * dout).sum()
+    calls = []
+    with cpu_kernels(calls):
+        eager = torch.autograd.grad(loss(q, k, v), (q, k, v))
+        calls.clear()
+        compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+        got = torch.autograd.grad(compiled(q, k, v), (q, k, v))
+    assert len(calls) == 1
+    for g, e in zip(got, eager):
+        torch.testing.assert_close(g, e)
+
+
+# ---------------------------------------------------------------- nn.Attention arguments
+
+@pytest.mark.parametrize("args, match", [
+    ((512, 3), "multiple of num_heads"),
+    ((512, 16), "head dimension .* = 32 must be 64 or 128"),
+    ((768, 3), "head dimension .* = 256 must be 64 or 128"),
+    ((512, 8, 3), "num_heads=8 must be a multiple of num_kv_heads=3"),
+    ((512, 0), "num_heads must be a positive int"),
+    ((512, 8, 0), "num_kv_heads must be a positive int"),
+    ((512.0, 8), "embed_dim must be a positive int"),
+])
+def test_nn_attention_rejects_bad_arguments(args, match):
+    with pytest.raises(InputError, match=match):
+        tk_ops.nn.Attention(*args, device="meta")
+
+
+def test_nn_attention_shapes():
+    m = tk_ops.nn.Attention(1024, 8, num_kv_heads=2, causal=True, device="meta")
+    assert m.head_dim == 128 and m.causal and m.qkv.weight.dtype == torch.bfloat16
+    assert m.qkv.weight.shape == ((8 + 2 * 2) * 128, 1024) and m.qkv.bias is None
+    assert m.proj.weight.shape == (1024, 1024)
+    assert isinstance(m.qkv, tk_ops.nn.Linear) and isinstance(m.proj, tk_ops.nn.Linear)
+    assert tk_ops.nn.Attention(256, 4, bias=True, device="meta").qkv.bias.shape == (3 * 256,)
+    with pytest.raises(InputError, match=r"\(batch, seq_len, 1024\)"):
+        m(t(2, 5, 512, device="meta"))
+
+
+# ---------------------------------------------------------------- benchmark cases
+
+def test_bench_backward_cases():
+    forward = attention_bench.cases()
+    backward = attention_bench.cases(backward=True)
+    assert [c.shape for c in backward] == [c.shape for c in forward]
+    assert {c.shape[2] for c in backward} == {1024, 2048, 4096, 8192, 16384}
+    assert all(c.shape[0] * c.shape[2] == 16384 and c.shape[1] == 16 for c in backward)
+    for f, b in zip(forward, backward):
+        assert b.group == f.group + " backward" and b.flops == pytest.approx(2.5 * f.flops)
+        assert [i.name for i in b.impls] == ["tk_ops", "sdpa cudnn", "sdpa flash"]
+        assert all(i.setup is not None for i in b.impls) and b.impls[0].ours
