@@ -31,4 +31,27 @@ cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
 cudaError_t forward_d64(const fwd_problem &p, cudaStream_t stream);
 cudaError_t forward_d128(const fwd_problem &p, cudaStream_t stream);
 
+// Row tiles of the backward's per-query-row buffers: lse2 and delta are (batch, q_heads, padded_q_len(q_len)).
+constexpr int BWD_ROW_PAD = 128;
+inline int padded_q_len(int q_len) { return (q_len + BWD_ROW_PAD - 1) / BWD_ROW_PAD * BWD_ROW_PAD; }
+
+struct bwd_problem {
+    tensor4 q, k, v;         // as given to the forward
+    const void *o, *dout;    // (batch, q_heads, q_len, head_dim), contiguous
+    const float *lse;        // the forward's (batch, q_heads, q_len), contiguous
+    float *lse2, *delta;     // scratch (batch, q_heads, padded_q_len), written by the preparation
+    float *dq_accum;         // (batch, q_heads, q_len, head_dim) fp32, zeroed by the caller
+    void *dk, *dv;           // (batch, kv_heads, kv_len, head_dim), contiguous, in the input dtype
+    int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool causal;
+    float scale;
+    dtype type;
+};
+
+// Prepares lse2 / delta, then runs the backward kernel for head_dim 64 or 128 (dQ lands in dq_accum).
+cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
+cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream);
+cudaError_t backward_d64(const bwd_problem &p, cudaStream_t stream);
+cudaError_t backward_d128(const bwd_problem &p, cudaStream_t stream);
+
 } // namespace tk_attention

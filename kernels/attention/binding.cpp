@@ -1,4 +1,5 @@
-// Torch binding of the attention forward: tk_ops::attention_fwd(q, k, v, causal, scale) -> (O, LSE).
+// Torch bindings of attention: tk_ops::attention_fwd(q, k, v, causal, scale) -> (O, LSE) and
+// tk_ops::attention_bwd(q, k, v, o, dout, lse, causal, scale) -> (dQ, dK, dV).
 //
 // The Python wrapper (python/tk_ops/attention.py) validates arguments with friendly messages first; the
 // checks here are the last line of defence, so that nothing reaching a kernel can fault or read out of bounds.
@@ -36,8 +37,8 @@ tk_attention::tensor4 view_of(const at::Tensor &t) {
     return {t.data_ptr(), stride(0), stride(1), stride(2)};
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
-                                                 bool causal, double scale) {
+// The checks q, k, v share between the forward and the backward.
+void check_qkv(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in) {
     require(q_in.is_cuda() && k_in.is_cuda() && v_in.is_cuda(), "tk_ops.attention: inputs must be CUDA tensors");
     require(q_in.device() == k_in.device() && q_in.device() == v_in.device(), "tk_ops.attention: inputs must be on one device");
     require(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "tk_ops.attention: q, k, v must be 4-D (B, H, N, D)");
@@ -51,8 +52,28 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
                 v_in.size(2) == Nk,
             "tk_ops.attention: k and v must be (B, Hk, Nk, D) with q's B and D");
     require(Hk >= 1 && Hq % Hk == 0, "tk_ops.attention: query heads (", Hq, ") must be a multiple of kv heads (", Hk, ")");
-    require(B < (1ll << 31) && Hq < (1ll << 31) && Nq < (1ll << 31) && Nk < (1ll << 31) && B * Hq * ((Nq + 191) / 192) < (1ll << 31),
+    require(B < (1ll << 31) && Hq < (1ll << 31) && Nq < (1ll << 30) && Nk < (1ll << 30) && B * Hq * ((Nq + 127) / 64) < (1ll << 31) &&
+                B * Hk * ((Nk + 127) / 128) < (1ll << 31),
             "tk_ops.attention: problem too large");
+}
+
+// clone, not contiguous(): a contiguous tensor at a misaligned offset must move too.
+at::Tensor tma_readable_copy(const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); }
+
+at::Tensor dense_aligned(const at::Tensor &t) {
+    const bool ok = t.is_contiguous() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+    return ok ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
+tk_attention::dtype kernel_type(const at::Tensor &t) {
+    return t.scalar_type() == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
+                                                 bool causal, double scale) {
+    check_qkv(q_in, k_in, v_in);
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), D = q_in.size(3);
+    const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
 
     const c10::cuda::CUDAGuard guard(q_in.device());
     at::Tensor o = at::empty({B, Hq, Nq, D}, q_in.options());
@@ -63,9 +84,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    // clone, not contiguous(): a contiguous tensor at a misaligned offset must move too.
-    auto readable = [](const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); };
-    at::Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
+    at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
     require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
 
     tk_attention::fwd_problem p{};
@@ -82,14 +101,79 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
     p.head_dim = int(D);
     p.causal = causal;
     p.scale = float(scale);
-    p.type = type == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;
+    p.type = kernel_type(q);
     const cudaError_t e = tk_attention::forward(p, at::cuda::getCurrentCUDAStream());
     require(e == cudaSuccess, "tk_ops.attention kernel failed: ", cudaGetErrorString(e));
     return {o, lse};
+}
+
+// dQ, dK, dV of attention_fwd(q, k, v, causal, scale) given O, dO and the LSE it returned. dK and dV have k's
+// and v's shapes (summed over each kv head's query heads).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q_in, const at::Tensor &k_in,
+                                                             const at::Tensor &v_in, const at::Tensor &o_in,
+                                                             const at::Tensor &dout_in, const at::Tensor &lse_in,
+                                                             bool causal, double scale) {
+    check_qkv(q_in, k_in, v_in);
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), D = q_in.size(3);
+    const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
+    require(o_in.is_cuda() && dout_in.is_cuda() && lse_in.is_cuda() && o_in.device() == q_in.device() &&
+                dout_in.device() == q_in.device() && lse_in.device() == q_in.device(),
+            "tk_ops.attention backward: o, dout and lse must be CUDA tensors on q's device");
+    require(o_in.sizes() == q_in.sizes() && dout_in.sizes() == q_in.sizes(),
+            "tk_ops.attention backward: o and dout must have q's shape (B, Hq, Nq, D)");
+    require(o_in.scalar_type() == q_in.scalar_type() && dout_in.scalar_type() == q_in.scalar_type(),
+            "tk_ops.attention backward: o and dout must have q's dtype");
+    require(lse_in.scalar_type() == at::kFloat && lse_in.dim() == 3 && lse_in.size(0) == B && lse_in.size(1) == Hq &&
+                lse_in.size(2) == Nq,
+            "tk_ops.attention backward: lse must be float32 (B, Hq, Nq), as the forward returns it");
+
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    at::Tensor dk = at::empty({B, Hk, Nk, D}, k_in.options());
+    at::Tensor dv = at::empty({B, Hk, Nk, D}, v_in.options());
+    if (B == 0 || Hq == 0 || Nq == 0 || Nk == 0) { // nothing to differentiate through
+        dk.zero_();
+        dv.zero_();
+        return {at::zeros({B, Hq, Nq, D}, q_in.options()), dk, dv};
+    }
+    at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
+    require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
+    at::Tensor o = dense_aligned(o_in), dout = dense_aligned(dout_in), lse = dense_aligned(lse_in);
+    const auto f32 = q_in.options().dtype(at::kFloat);
+    const int64_t padded = tk_attention::padded_q_len(int(Nq));
+    at::Tensor lse2 = at::empty({B, Hq, padded}, f32), delta = at::empty({B, Hq, padded}, f32);
+    at::Tensor dq_accum = at::zeros({B, Hq, Nq, D}, f32);
+
+    tk_attention::bwd_problem p{};
+    p.q = view_of(q);
+    p.k = view_of(k);
+    p.v = view_of(v);
+    p.o = o.data_ptr();
+    p.dout = dout.data_ptr();
+    p.lse = lse.data_ptr<float>();
+    p.lse2 = lse2.data_ptr<float>();
+    p.delta = delta.data_ptr<float>();
+    p.dq_accum = dq_accum.data_ptr<float>();
+    p.dk = dk.data_ptr();
+    p.dv = dv.data_ptr();
+    p.batch = int(B);
+    p.q_heads = int(Hq);
+    p.kv_heads = int(Hk);
+    p.q_len = int(Nq);
+    p.kv_len = int(Nk);
+    p.head_dim = int(D);
+    p.causal = causal;
+    p.scale = float(scale);
+    p.type = kernel_type(q);
+    const cudaError_t e = tk_attention::backward(p, at::cuda::getCurrentCUDAStream());
+    require(e == cudaSuccess, "tk_ops.attention backward kernel failed: ", cudaGetErrorString(e));
+    return {dq_accum.to(q_in.scalar_type()), dk, dv};
 }
 
 } // namespace
 
 // The schema is defined in Python (python/tk_ops/attention.py) with its fake implementation and autograd
 // formula; here only the CUDA kernel attaches.
-TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) { m.impl("attention_fwd", &attention_fwd); }
+TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
+    m.impl("attention_fwd", &attention_fwd);
+    m.impl("attention_bwd", &attention_bwd);
+}

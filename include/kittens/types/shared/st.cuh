@@ -68,6 +68,22 @@ template <typename _T, int _rows, int _cols> struct alignas(1024) st {
     __device__ inline const T *ptr(int r, int c) const { return const_cast<st *>(this)->ptr(r, c); }
     __device__ inline T &operator()(int r, int c) { return *ptr(r, c); }
     __device__ inline const T &operator()(int r, int c) const { return *ptr(r, c); }
+
+    // Column chunk k (columns k * swizzle_elements ..) viewed as a tile of its own: it is stored exactly
+    // like an st<T, rows, swizzle_elements>, so it can be any operand (TMA box, wgmma descriptor) of that
+    // width, e.g. one 64-column half of a 128-column bf16 tile.
+    using chunk_t = st<T, rows, swizzle_elements>;
+    template <int k> __device__ inline chunk_t &chunk() {
+        static_assert(k >= 0 && k < chunks, "st::chunk<k>: k must name one of the tile's column chunks");
+        static_assert(chunk_bytes % 1024 == 0, "st::chunk<k>: a chunk must keep the 1 KB alignment of a tile");
+        return *reinterpret_cast<chunk_t *>(reinterpret_cast<char *>(data) + k * chunk_bytes);
+    }
+    template <int k> __device__ inline const chunk_t &chunk() const { return const_cast<st *>(this)->template chunk<k>(); }
+    // The same with k known only at run time (0 <= k < chunks, unchecked).
+    __device__ inline chunk_t &chunk(int k) {
+        static_assert(chunk_bytes % 1024 == 0, "st::chunk(k): a chunk must keep the 1 KB alignment of a tile");
+        return *reinterpret_cast<chunk_t *>(reinterpret_cast<char *>(data) + k * chunk_bytes);
+    }
 };
 
 template <int R, int C> using st_fl = st<float, R, C>;

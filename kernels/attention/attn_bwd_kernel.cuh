@@ -1,0 +1,281 @@
+// Attention backward (flash attention 2/3 style) on the LCSF template, for head dimension D in {64, 128}.
+//
+// Given Q, K, V, dO, the forward's LSE and delta = rowsum(dO * O) (both prepared per query row by
+// attn_bwd_prep.cuh), with P = softmax(scale Q K^T):
+//   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - delta) * scale,   dK = dS^T Q,   dQ = dS K.
+//
+// A task is one block of BLOCK_K = 128 keys of one (batch, kv head). Each of the two consumer warpgroups owns
+// 64 of those keys: their K and V rows stay in shared memory for the whole task and their dK and dV
+// accumulate in fp32 registers. The producer streams (Q, dO, LSE, delta) tiles of BLOCK_Q query rows, for
+// every query head of the kv head's group (GQA sums over them for free) and every query tile that sees
+// the block. Per tile, a consumer works in the transposed frame, keys as rows, so that its softmax rows
+// are the wgmma accumulator rows it owns:
+//   S^T = K Q^T, dP^T = V dO^T         (wgmma, both operands in shared memory)
+//   P^T, dS^T                          (registers; P from the saved LSE, so no running statistics)
+//   dV += P^T dO, dK += dS^T Q         (wgmma, A from registers)
+// dQ needs every key of the block, so both consumers write their dS^T to shared memory, meet at a barrier,
+// and split the dQ product between them:
+//   D = 64  (BLOCK_Q = 128): consumer e computes query rows 64e.. of dQ = dS K
+//   D = 128 (BLOCK_Q = 64):  consumer e computes columns 64e.. of dQ = dS K
+// and adds its 64 x 64 fp32 piece into a global fp32 dQ accumulator with a TMA reduce-add (other blocks
+// add the other key blocks' shares). The host turns the accumulator into the output dtype afterwards.
+//
+// Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
+// past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
+// aligned: query i sees keys j <= i + kv_len - q_len) get P = 0 on the tiles where that can happen.
+#pragma once
+
+#include <climits>
+
+#include "kittens.cuh"
+#include "online_softmax.cuh"
+
+namespace tk_attention {
+using namespace kittens;
+
+template <typename T, int D, bool CAUSAL> struct attn_bwd {
+    static_assert(D == 64 || D == 128, "attention backward supports head dimensions 64 and 128");
+    static constexpr int NUM_CONSUMERS = 2;
+    static constexpr int KEYS = 64; // per consumer: one wgmma row slab
+    static constexpr int BLOCK_K = KEYS * NUM_CONSUMERS;
+    // D = 64 splits dQ's 128 query rows between the consumers; D = 128 splits dQ's 128 columns, which keeps
+    // S^T and dP^T at 64 columns (32 registers each) next to 2 x 64 registers of dK and dV.
+    static constexpr int BLOCK_Q = D == 64 ? 128 : 64;
+    static constexpr int INPUT_STAGES = 2;
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+    static constexpr int CONSUMERS_BARRIER = 5; // named barrier of the two consumer warpgroups (ids 1-2 are theirs)
+
+    using q_tile = st<T, BLOCK_Q, D>;   // Q and dO
+    using kv_tile = st<T, KEYS, D>;     // one consumer's K or V rows
+    using ds_tile = st<T, KEYS, BLOCK_Q>; // one consumer's dS^T
+    using dq_piece = st<float, 64, 64>;  // one consumer's share of a dQ tile, as added to global memory
+    using row_vec = sv<float, BLOCK_Q>;  // LSE or delta of a query tile
+    using q_gl = gl<T, -1, -1, -1, D, q_tile>;
+    using kv_gl = gl<T, -1, -1, -1, D, kv_tile>;
+    using row_gl = gl<float, 1, -1, -1, -1, row_vec>; // (1, batch, q_heads, q_len padded to BLOCK_Q)
+    using dq_gl = gl<float, -1, -1, -1, D, dq_piece>;
+
+    struct globals {
+        q_gl q, dout;
+        kv_gl k, v;
+        row_gl lse2, delta; // lse2: LSE * log2(e), +inf on padded rows and rows that see no key
+        dq_gl dq;           // fp32 accumulator, zeroed by the host
+        T *dk, *dv;         // (batch, kv_heads, kv_len, D), contiguous
+        int kv_heads, group; // group: query heads per kv head
+        int q_len, kv_len, q_tiles, k_blocks, num_tasks;
+        bool heaviest_first; // causal task order, see get_task
+        float scale, scale_log2;
+    };
+    struct input_block {
+        q_tile q, dout;
+        row_vec lse2, delta;
+    };
+    struct output_block {
+        kv_tile k[NUM_CONSUMERS], v[NUM_CONSUMERS];
+        ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: written before, read after the shared barrier
+        dq_piece dq[NUM_CONSUMERS];
+        semaphore kv_arrived[NUM_CONSUMERS];
+    };
+    struct consumer_state {
+        rt_fl<16, D> dk, dv;
+        int tasks = 0; // tasks started: the phase of kv_arrived
+        int steps = 0; // query tiles consumed: the parity of the ds buffer
+    };
+    struct task {
+        int id, b, kv_head, k_block, first_q_tile, q_tiles_seen, iters;
+    };
+
+    // Block x runs tasks x, x + grid, ... and every other round of `grid` tasks runs backwards (as in the
+    // forward). Tasks go (batch, kv head)-major with a head's key blocks adjacent, so the tasks running at one
+    // moment are the key blocks of a few heads: they stream the same Q and dO tiles and add into the same dQ
+    // accumulator, which then stays in L2. Causal key blocks differ in weight (block j is seen from query row
+    // j * BLOCK_K on); with few blocks per head the serpentine evens the grid blocks' totals out, but when one
+    // head's blocks fill a whole round (N >= 8K) the blocks that drew a head's first key blocks carry most of
+    // the work, so there (heaviest_first) the order is by key block across heads: block 0 of every head, then
+    // block 1, ... Measured at D = 128 (H100, x cuDNN): N = 1K 1.09 head-major / 0.65 heaviest-first / 0.75
+    // alternating heavy and light blocks within a head; N = 16K 0.70 / 0.89 / 0.80.
+    __device__ static inline bool get_task(const globals &g, int id, task &t) {
+        if (id >= g.num_tasks) return false;
+        const int grid = gridDim.x, round = id / grid;
+        int slot = id - round * grid;
+        if (round & 1) slot = min(grid, g.num_tasks - round * grid) - 1 - slot;
+        const int order = round * grid + slot;
+        int bh;
+        if (CAUSAL && g.heaviest_first) {
+            const int heads = g.num_tasks / g.k_blocks;
+            t.k_block = order / heads;
+            bh = order - t.k_block * heads;
+        } else {
+            bh = order / g.k_blocks;
+            t.k_block = order - bh * g.k_blocks;
+        }
+        t.id = id;
+        t.b = bh / g.kv_heads;
+        t.kv_head = bh - t.b * g.kv_heads;
+        t.first_q_tile = 0;
+        if constexpr (CAUSAL) { // the first query row that sees key k0 is k0 - diag
+            const int first_row = max(0, t.k_block * BLOCK_K - (g.kv_len - g.q_len));
+            t.first_q_tile = min(first_row, g.q_len) / BLOCK_Q;
+        }
+        t.q_tiles_seen = max(0, g.q_tiles - t.first_q_tile);
+        t.iters = t.q_tiles_seen * g.group;
+        return true;
+    }
+
+    __device__ static inline void tile_of(const globals &g, const task &t, int iter, int &q_head, int &q_tile_index) {
+        const int in_group = iter / t.q_tiles_seen;
+        q_head = t.kv_head * g.group + in_group;
+        q_tile_index = t.first_q_tile + (iter - in_group * t.q_tiles_seen);
+    }
+
+    __device__ static inline void load(lcsf::producer_args<attn_bwd> &p) {
+        int h, qt;
+        tile_of(p.g, p.task, p.iter, h, qt);
+        tma::expect<q_tile, q_tile, row_vec, row_vec>(p.arrived);
+        tma::load_async(p.input.q, p.g.q, {p.task.b, h, qt, 0}, p.arrived);
+        tma::load_async(p.input.dout, p.g.dout, {p.task.b, h, qt, 0}, p.arrived);
+        tma::load_async(p.input.lse2, p.g.lse2, {0, p.task.b, h, qt}, p.arrived);
+        tma::load_async(p.input.delta, p.g.delta, {0, p.task.b, h, qt}, p.arrived);
+    }
+
+    __device__ static inline void consumers_sync() { group<2 * WARPGROUP_WARPS>::sync(CONSUMERS_BARRIER); }
+
+    // Load this consumer's K and V rows of the task. The other consumer's dQ products read them too, so
+    // both consumers first pass a barrier that follows the previous task's last dQ product.
+    __device__ static inline void setup(lcsf::consumer_args<attn_bwd> &c) {
+        semaphore &arrived = c.output.kv_arrived[c.consumer];
+        const bool leader = warpgroup::laneid() == 0;
+        if (c.state.tasks == 0 && leader) init_semaphore(arrived, 1);
+        consumers_sync();
+        if (leader) {
+            const int row_tile = c.task.k_block * NUM_CONSUMERS + c.consumer;
+            tma::expect<kv_tile, kv_tile>(arrived);
+            tma::load_async(c.output.k[c.consumer], c.g.k, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
+            tma::load_async(c.output.v[c.consumer], c.g.v, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
+        }
+        zero(c.state.dk);
+        zero(c.state.dv);
+        wait(arrived, c.state.tasks & 1);
+        c.state.tasks++;
+    }
+
+    // Lane geometry of a key x query accumulator tile (rows: keys g and g + 8 of the lane's quad; columns:
+    // queries, pairs as in online_softmax.cuh): the first query column of pair k of base tile j.
+    __device__ static inline int query_col(int j, int k) { return 16 * j + 2 * (laneid() % 4) + ((k & 2) ? 8 : 0); }
+
+    // P^T and dS^T = P^T * (dP^T - delta) * scale of this warp's 16 keys x BLOCK_Q queries, from S^T and dP^T,
+    // straight to the 16-bit operands of dV += P^T dO and dK += dS^T Q. With MASK, keys past kv_len (zero rows
+    // TMA filled in) and, causal, keys past a query's diagonal get P = 0.
+    template <bool MASK>
+    __device__ static inline void gradients(const globals &g, const input_block &in, const rt_fl<16, BLOCK_Q> &s,
+                                            const rt_fl<16, BLOCK_Q> &dp, rt<T, 16, BLOCK_Q> &p_out,
+                                            rt<T, 16, BLOCK_Q> &ds_out, int key_row, int q0) {
+        using T2 = typename rt<T, 16, BLOCK_Q>::T2;
+#pragma unroll
+        for (int j = 0; j < BLOCK_Q / 16; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int col = query_col(j, k);
+                const float2 lse = *reinterpret_cast<const float2 *>(&in.lse2.data[col]);
+                const float2 delta = *reinterpret_cast<const float2 *>(&in.delta.data[col]);
+                const float2 sv = s.tiles[0][j].data[k], dpv = dp.tiles[0][j].data[k];
+                float2 p = {fast_exp2(fmaf(sv.x, g.scale_log2, -lse.x)), fast_exp2(fmaf(sv.y, g.scale_log2, -lse.y))};
+                if constexpr (MASK) {
+                    const int key = key_row + ((k & 1) ? 8 : 0);
+                    if (key >= g.kv_len) p = {0.f, 0.f};
+                    if constexpr (CAUSAL) {
+                        const int q = q0 + col, diag = g.kv_len - g.q_len; // key visible to q iff key <= q + diag
+                        if (key > q + diag) p.x = 0.f;
+                        if (key > q + 1 + diag) p.y = 0.f;
+                    }
+                }
+                p_out.tiles[0][j].data[k] = convert<T2>(p);
+                ds_out.tiles[0][j].data[k] = convert<T2>(float2{p.x * (dpv.x - delta.x) * g.scale, p.y * (dpv.y - delta.y) * g.scale});
+            }
+    }
+
+    // This consumer's 64 x 64 share of the dQ tile, dS K summed over both consumers' keys: D = 64, query rows
+    // 64e.. (A = that column chunk of dS^T); D = 128, dQ columns 64e.. (B = that column chunk of K).
+    __device__ static inline void dq_product(lcsf::consumer_args<attn_bwd> &c, rt_fl<16, 64> &acc, int parity) {
+        auto &ds = c.output.ds[parity];
+        auto &k = c.output.k;
+        const int e = c.consumer;
+        if constexpr (D == 64) {
+            warpgroup::mm_AtB(acc, ds[0].chunk(e), k[0]);
+            warpgroup::mma_AtB(acc, ds[1].chunk(e), k[1], wgmma::chained);
+        } else {
+            warpgroup::mm_AtB(acc, ds[0], k[0].chunk(e));
+            warpgroup::mma_AtB(acc, ds[1], k[1].chunk(e), wgmma::chained);
+        }
+    }
+
+    // The wgmma groups of one step, in issue order: S and dP | dV, dK | dQ (two). dV and dK are queued before
+    // the barrier that dQ needs, so the tensor cores work through them while the consumers store dS^T and meet.
+    // (Variants that issued dV before computing dS, or dK after the barrier, measured 5-25% slower; see
+    // docs/perf-notes.md.)
+    __device__ static inline void compute(lcsf::consumer_args<attn_bwd> &c) {
+        const int e = c.consumer, parity = c.state.steps & 1;
+        c.state.steps++;
+        int h, qt;
+        tile_of(c.g, c.task, c.iter, h, qt);
+
+        rt_fl<16, BLOCK_Q> s, dp;
+        warpgroup::mm_ABt(s, c.output.k[e], c.input.q);
+        warpgroup::mm_ABt(dp, c.output.v[e], c.input.dout);
+        // The previous dQ piece's TMA add must be done reading the staging tile before it is rewritten below;
+        // the shared barrier after this orders that for the whole warpgroup.
+        if (warpgroup::laneid() == 0) tma::store_async_read_wait();
+        warpgroup::mma_async_wait(s, dp);
+
+        const int key0 = c.task.k_block * BLOCK_K + e * KEYS;
+        const int key_row = key0 + 16 * warpgroup::warpid() + laneid() / 4;
+        const int q0 = qt * BLOCK_Q;
+        const bool ragged = key0 + KEYS > c.g.kv_len;
+        const bool diagonal = CAUSAL && key0 + KEYS - 1 > q0 + c.g.kv_len - c.g.q_len;
+        rt<T, 16, BLOCK_Q> p, ds;
+        if (ragged || diagonal) gradients<true>(c.g, c.input, s, dp, p, ds, key_row, q0);
+        else gradients<false>(c.g, c.input, s, dp, p, ds, key_row, q0);
+        warpgroup::mma_AB(c.state.dv, p, c.input.dout);
+        warpgroup::mma_AB(c.state.dk, ds, c.input.q);
+        warpgroup::store(c.output.ds[parity][e], ds);
+        tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
+        consumers_sync();
+
+        rt_fl<16, 64> dq;
+        dq_product(c, dq, parity);
+        warpgroup::mma_async_wait(dq, c.state.dk, c.state.dv);
+
+        dq_piece &out = c.output.dq[e];
+        warpgroup::store(out, dq);
+        tma::store_fence();
+        warpgroup::sync(e + 1);
+        if (warpgroup::laneid() == 0) {
+            const coord at = D == 64 ? coord{c.task.b, h, qt * NUM_CONSUMERS + e, 0} : coord{c.task.b, h, qt, e};
+            tma::store_add_async(c.g.dq, out, at);
+            tma::store_commit_group();
+        }
+    }
+
+    // dK and dV of this consumer's 64 keys, straight from registers (rows past kv_len are skipped).
+    __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
+        const int row = c.task.k_block * BLOCK_K + c.consumer * KEYS + 16 * warpgroup::warpid() + laneid() / 4;
+        const int64_t head = int64_t(c.task.b) * c.g.kv_heads + c.task.kv_head;
+        store_rows(c.g.dk + head * c.g.kv_len * D, c.state.dk, row, c.g.kv_len);
+        store_rows(c.g.dv + head * c.g.kv_len * D, c.state.dv, row, c.g.kv_len);
+    }
+
+    __device__ static inline void store_rows(T *base, const rt_fl<16, D> &acc, int row, int rows) {
+        using T2 = typename rt<T, 16, D>::T2;
+        const int col0 = 2 * (laneid() % 4);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = row + ((k & 1) ? 8 : 0);
+            if (r >= rows) continue;
+            T *dst = base + int64_t(r) * D + col0 + ((k & 2) ? 8 : 0);
+#pragma unroll
+            for (int j = 0; j < D / 16; j++) *reinterpret_cast<T2 *>(dst + 16 * j) = convert<T2>(acc.tiles[0][j].data[k]);
+        }
+    }
+};
+
+} // namespace tk_attention

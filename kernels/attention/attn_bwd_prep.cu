@@ -1,0 +1,70 @@
+// First step of the attention backward: per query row, delta = sum_d dO * O (fp32) and lse2 = LSE * log2(e),
+// the base-2 form the main kernel exponentiates against. Rows that see no key (LSE = -inf) and the padding
+// rows up to a multiple of BWD_ROW_PAD get lse2 = +inf, which makes every P of theirs exactly 0.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attention.h"
+
+namespace tk_attention {
+namespace {
+
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 x) { return __bfloat1622float2(x); }
+__device__ __forceinline__ float2 to_float2(__half2 x) { return __half22float2(x); }
+
+// One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp.
+template <typename T2, int D>
+__global__ void prepare_rows(const uint4 *o, const uint4 *dout, const float *lse, float *lse2, float *delta,
+                             int q_len, int padded_len, int64_t rows) {
+    constexpr int PARTS = D / 8;
+    const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t row = id / PARTS; // in the padded (batch * heads, padded_len) grid
+    const int part = int(id % PARTS);
+    const int64_t head = row / padded_len;
+    const int i = int(row - head * padded_len);
+    const bool real = row < rows && i < q_len;
+    float sum = 0.f;
+    if (real) {
+        const int64_t at = (head * q_len + i) * PARTS + part;
+        const uint4 a = o[at], b = dout[at];
+        const T2 *a2 = reinterpret_cast<const T2 *>(&a), *b2 = reinterpret_cast<const T2 *>(&b);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 x = to_float2(a2[k]), y = to_float2(b2[k]);
+            sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < PARTS; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (row >= rows || part != 0) return;
+    float l = INFINITY;
+    if (real) {
+        const float x = lse[head * q_len + i];
+        l = x == -INFINITY ? INFINITY : x * 1.4426950408889634f;
+    }
+    lse2[row] = l;
+    delta[row] = real ? sum : 0.f;
+}
+
+template <typename T2, int D> cudaError_t launch(const bwd_problem &p, cudaStream_t stream) {
+    const int padded = padded_q_len(p.q_len);
+    const int64_t rows = int64_t(p.batch) * p.q_heads * padded;
+    const int64_t threads = rows * (D / 8);
+    constexpr int BLOCK = 256;
+    const int64_t blocks = (threads + BLOCK - 1) / BLOCK;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    prepare_rows<T2, D><<<unsigned(blocks), BLOCK, 0, stream>>>(
+        static_cast<const uint4 *>(p.o), static_cast<const uint4 *>(p.dout), p.lse, p.lse2, p.delta, p.q_len, padded, rows);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream) {
+    const bool bf = p.type == dtype::bf16;
+    if (p.head_dim == 64) return bf ? launch<__nv_bfloat162, 64>(p, stream) : launch<__half2, 64>(p, stream);
+    if (p.head_dim == 128) return bf ? launch<__nv_bfloat162, 128>(p, stream) : launch<__half2, 128>(p, stream);
+    return cudaErrorInvalidValue;
+}
+
+} // namespace tk_attention
