@@ -25,7 +25,6 @@
 // aligned: query i sees keys j <= i + kv_len - q_len) get P = 0 on the tiles where that can happen.
 #pragma once
 
-
 #include "kittens.cuh"
 #include "online_softmax.cuh"
 
