@@ -258,21 +258,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
         const int row = c.task.k_block * BLOCK_K + c.consumer * KEYS + 16 * warpgroup::warpid() + laneid() / 4;
         const int64_t head = int64_t(c.task.b) * c.g.kv_heads + c.task.kv_head;
-        store_rows(c.g.dk + head * c.g.kv_len * D, c.state.dk, row, c.g.kv_len);
-        store_rows(c.g.dv + head * c.g.kv_len * D, c.state.dv, row, c.g.kv_len);
-    }
-
-    __device__ static inline void store_rows(T *base, const rt_fl<16, D> &acc, int row, int rows) {
-        using T2 = typename rt<T, 16, D>::T2;
-        const int col0 = 2 * (laneid() % 4);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int r = row + ((k & 1) ? 8 : 0);
-            if (r >= rows) continue;
-            T *dst = base + int64_t(r) * D + col0 + ((k & 2) ? 8 : 0);
-#pragma unroll
-            for (int j = 0; j < D / 16; j++) *reinterpret_cast<T2 *>(dst + 16 * j) = convert<T2>(acc.tiles[0][j].data[k]);
-        }
+        store_rows<T>(c.g.dk + head * c.g.kv_len * D, c.state.dk, row, c.g.kv_len);
+        store_rows<T>(c.g.dv + head * c.g.kv_len * D, c.state.dv, row, c.g.kv_len);
     }
 };
 

@@ -203,8 +203,6 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
             lse[r] = seen ? (c.state.stats.max[r] + __log2f(l)) * LN2 : -INFINITY;
         }
         scale_rows(c.state.o, inv);
-        rt<T, 16, D> out;
-        to_type(out, c.state.o);
 
         const int row = first_row(c.task, c.consumer) + 16 * warpgroup::warpid() + laneid() / 4;
         const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
@@ -213,20 +211,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
             if (row < c.g.q_len) dst[row] = lse[0];
             if (row + 8 < c.g.q_len) dst[row + 8] = lse[1];
         }
-        // Each lane writes 4-byte pairs: a quad covers 16 contiguous bytes of a row per instruction. The
-        // output is small next to the work per task, so this costs less than a trip through shared memory,
-        // and it leaves the Q slot to the next task's load.
-        using T2 = typename rt<T, 16, D>::T2;
-        T *o = c.g.o + head * c.g.q_len * D;
-        const int col0 = 2 * (laneid() % 4);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int r = row + ((k & 1) ? 8 : 0);
-            if (r >= c.g.q_len) continue;
-            T *dst = o + int64_t(r) * D + col0 + ((k & 2) ? 8 : 0);
-#pragma unroll
-            for (int j = 0; j < D / 16; j++) *reinterpret_cast<T2 *>(dst + 16 * j) = out.tiles[0][j].data[k];
-        }
+        store_rows<T>(c.g.o + head * c.g.q_len * D, c.state.o, row, c.g.q_len); // the Q slot stays free for the next load
     }
 };
 
