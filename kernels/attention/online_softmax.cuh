@@ -4,8 +4,8 @@
 // rt_layout.cuh: lane (g = lane / 4, t = lane % 4) holds rows g and g + 8, and in base tile j the columns
 // 16j + 2t, +1 (pairs 0, 1) and 16j + 2t + 8, +9 (pairs 2, 3); pairs 0 and 2 are row g, pairs 1 and 3 row g + 8.
 // The four lanes of a quad share their rows, so a full row reduction is the lane's own values plus two
-// xor-shuffles. Everything works in the base-2 domain: the scores are multiplied once by
-// scale * log2(e), so each probability is one ex2 instruction.
+// xor-shuffles. Everything works in the base-2 domain: each probability is ex2(score * scale * log2(e) - max),
+// one FMA and one ex2 instruction.
 #pragma once
 
 #include "kittens.cuh"
@@ -40,31 +40,29 @@ struct row_stats {
     }
 };
 
-// Scores -> scaled base-2 logits; with MASK, keys past `last_key[r]` (the last key row r may see: the ragged
-// end of the sequence or the causal diagonal) become -inf. `key0` is the key index of column 0.
-template <bool MASK, int KV>
-__device__ inline void scale_scores(rt_fl<16, KV> &s, float scale_log2, int key0, const int (&last_key)[2]) {
+// With MASK, scores of keys past `last_key[r]` (the last key row r may see: the ragged end of the sequence
+// or the causal diagonal) become -inf. `key0` is the key index of column 0.
+template <int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s, int key0, const int (&last_key)[2]) {
     const int t = laneid() % 4;
 #pragma unroll
     for (int j = 0; j < KV / 16; j++)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             float2 &v = s.tiles[0][j].data[k];
-            v.x *= scale_log2;
-            v.y *= scale_log2;
-            if constexpr (MASK) {
-                const int col = key0 + 16 * j + 2 * t + ((k & 2) ? 8 : 0);
-                const int last = last_key[k & 1];
-                if (col > last) v.x = -INFINITY;
-                if (col + 1 > last) v.y = -INFINITY;
-            }
+            const int col = key0 + 16 * j + 2 * t + ((k & 2) ? 8 : 0);
+            const int last = last_key[k & 1];
+            if (col > last) v.x = -INFINITY;
+            if (col + 1 > last) v.y = -INFINITY;
         }
 }
 
-// Folds one tile of logits into the statistics: logits -> unnormalised probabilities (in place), and
-// `rescale[r]`, the factor that the running output of row r must be multiplied by. A row that has seen only
-// masked keys keeps max = -inf; it is exponentiated against 0 instead, so its probabilities are 0, not NaN.
-template <int KV> __device__ inline void softmax_step(rt_fl<16, KV> &s, row_stats &st, float (&rescale)[2]) {
+// Folds one tile of raw scores into the statistics: scores -> unnormalised probabilities (in place), and
+// `rescale[r]`, the factor that the running output of row r must be multiplied by. The softmax scale (times
+// log2 e, > 0) is applied inside each exponent as one FMA, and row maxima are taken on the raw scores
+// (scaling by a positive number keeps the maximum where it is). A row that has seen only masked keys keeps
+// max = -inf; it is exponentiated against 0 instead, so its probabilities are 0, not NaN.
+template <int KV>
+__device__ inline void softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale_log2, float (&rescale)[2]) {
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < KV / 16; j++)
@@ -76,7 +74,8 @@ template <int KV> __device__ inline void softmax_step(rt_fl<16, KV> &s, row_stat
     float base[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float m = fmaxf(st.max[r], quad_max(tile_max[r]));
+        const float raw = quad_max(tile_max[r]);
+        const float m = fmaxf(st.max[r], raw == -INFINITY ? -INFINITY : raw * scale_log2);
         base[r] = m == -INFINITY ? 0.f : m;
         rescale[r] = fast_exp2(st.max[r] - base[r]);
         st.max[r] = m;
@@ -87,8 +86,8 @@ template <int KV> __device__ inline void softmax_step(rt_fl<16, KV> &s, row_stat
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             float2 &v = s.tiles[0][j].data[k];
-            v.x = fast_exp2(v.x - base[k & 1]);
-            v.y = fast_exp2(v.y - base[k & 1]);
+            v.x = fast_exp2(fmaf(v.x, scale_log2, -base[k & 1]));
+            v.y = fast_exp2(fmaf(v.y, scale_log2, -base[k & 1]));
             tile_sum[k & 1] += v.x + v.y;
         }
 #pragma unroll

@@ -79,9 +79,11 @@ def test_matches_sdpa(causal):
     assert rel_err(ours, ref) <= 1.5 * rel_err(theirs, ref) + 1e-4
 
 
-@pytest.mark.parametrize("scale", [0.05, 1.0, -0.3])
-def test_explicit_scale(scale):
-    check(*qkv(1, 2, 2, 300, 300, 64, torch.bfloat16), False, scale=scale, what=f"scale={scale}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("scale", [0.05, 1.0, -0.3, 0.0])
+def test_explicit_scale(scale, causal):
+    # The kernel needs scale > 0; negative and zero scales go through equivalent positive-scale problems.
+    check(*qkv(1, 2, 2, 300, 300, 64, torch.bfloat16), causal, scale=scale, what=f"scale={scale}")
 
 
 @pytest.mark.parametrize("d", [64, 128])
