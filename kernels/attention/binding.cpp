@@ -84,18 +84,19 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
-    require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
     // The kernel takes row maxima of the raw scores and folds the scale into each exponent, which needs
     // scale > 0. The same softmax for other scales: scale * (q.k) == (-scale) * ((-q).k), and a zero scale
     // scores every key 0, as zero queries at scale 1 do.
+    at::Tensor q_pos = q_in;
     if (scale < 0) {
-        q = q.neg();
+        q_pos = q_in.neg();
         scale = -scale;
     } else if (scale == 0) {
-        q = at::zeros_like(q, at::MemoryFormat::Contiguous);
+        q_pos = at::zeros_like(q_in, at::MemoryFormat::Contiguous);
         scale = 1;
     }
+    at::Tensor q = tma_readable_copy(q_pos), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
+    require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
 
     tk_attention::fwd_problem p{};
     p.q = view_of(q);

@@ -40,7 +40,7 @@ struct row_stats {
     }
 };
 
-// With MASK, scores of keys past `last_key[r]` (the last key row r may see: the ragged end of the sequence
+// Scores of keys past `last_key[r]` (the last key row r may see: the ragged end of the sequence
 // or the causal diagonal) become -inf. `key0` is the key index of column 0.
 template <int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s, int key0, const int (&last_key)[2]) {
     const int t = laneid() % 4;
@@ -75,7 +75,7 @@ __device__ inline void softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float raw = quad_max(tile_max[r]);
-        const float m = fmaxf(st.max[r], raw == -INFINITY ? -INFINITY : raw * scale_log2);
+        const float m = fmaxf(st.max[r], raw * scale_log2); // -inf stays -inf: the scale is > 0
         base[r] = m == -INFINITY ? 0.f : m;
         rescale[r] = fast_exp2(st.max[r] - base[r]);
         st.max[r] = m;
