@@ -176,8 +176,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
             mask_scores(s, key0, last_key);
         }
         float rescale[2];
-        softmax_step(s, c.state.stats, c.g.scale_log2, rescale);
-        scale_rows(c.state.o, rescale);
+        if (softmax_step(s, c.state.stats, c.g.scale_log2, rescale)) scale_rows(c.state.o, rescale);
         rt<T, 16, KV> p;
         to_type(p, s);
         warpgroup::mma_AB(c.state.o, p, c.input.v);

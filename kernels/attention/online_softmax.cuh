@@ -28,10 +28,10 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Running statistics of this lane's two rows (index 0: row g, 1: row g + 8). `max` is the true row maximum
-// (in scaled base-2 units) of every score seen so far; `sum` is only this lane's share of the row sum (the
-// quad's four shares are added once, at the end), which is valid because every rescaling factor is the same
-// for the whole row.
+// Running statistics of this lane's two rows (index 0: row g, 1: row g + 8). `max` is the row's reference
+// maximum in scaled base-2 units (at most LAZY_SLACK below the true maximum of every score seen so far);
+// `sum` is only this lane's share of the row sum against that reference (the quad's four shares are added
+// once, at the end), which is valid because every rescaling factor is the same for the whole row.
 struct row_stats {
     float max[2], sum[2];
     __device__ inline void reset() {
@@ -61,8 +61,15 @@ template <int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s, int key0,
 // log2 e, > 0) is applied inside each exponent as one FMA, and row maxima are taken on the raw scores
 // (scaling by a positive number keeps the maximum where it is). A row that has seen only masked keys keeps
 // max = -inf; it is exponentiated against 0 instead, so its probabilities are 0, not NaN.
+//
+// Lazy rescaling: a row keeps its reference maximum until a tile raises it by more than LAZY_SLACK (base 2),
+// so most tiles rescale nothing; probabilities then reach at most 2^LAZY_SLACK, harmless in fp32 sums and
+// in the 16-bit P (the final division by the row sum, taken against the same reference, is exact either way).
+// Returns whether any row of this warp moved its reference: only then must O be rescaled (warp-uniform, so
+// the skipped multiplies cost no divergence).
+constexpr float LAZY_SLACK = 8.f;
 template <int KV>
-__device__ inline void softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale_log2, float (&rescale)[2]) {
+__device__ inline bool softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale_log2, float (&rescale)[2]) {
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < KV / 16; j++)
@@ -72,10 +79,14 @@ __device__ inline void softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale
             tile_max[k & 1] = fmaxf(tile_max[k & 1], fmaxf(v.x, v.y));
         }
     float base[2];
+    bool moved = false;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float raw = quad_max(tile_max[r]);
-        const float m = fmaxf(st.max[r], raw * scale_log2); // -inf stays -inf: the scale is > 0
+        float m = fmaxf(st.max[r], raw * scale_log2); // -inf stays -inf: the scale is > 0
+        const bool move = m > st.max[r] + LAZY_SLACK;  // -inf + slack = -inf: a first finite max moves
+        m = move ? m : st.max[r];
+        moved |= move;
         base[r] = m == -INFINITY ? 0.f : m;
         rescale[r] = fast_exp2(st.max[r] - base[r]);
         st.max[r] = m;
@@ -92,6 +103,7 @@ __device__ inline void softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale
         }
 #pragma unroll
     for (int r = 0; r < 2; r++) st.sum[r] = st.sum[r] * rescale[r] + tile_sum[r];
+    return __any_sync(0xffffffffu, moved);
 }
 
 // Multiplies row g of an accumulator tile by f[0] and row g + 8 by f[1].

@@ -144,3 +144,18 @@ def test_cuda_graph_capture():
 def test_large_batch_many_tasks():
     """More tasks than SMs, many heads: every task of the persistent grid is walked once."""
     check(*qkv(8, 16, 4, 520, 520, 64, torch.bfloat16), True, what="many tasks")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_row_maxima_that_keep_rising(d, causal, dtype):
+    """Scores that grow along the keys, by steps both below and above the kernel's rescaling slack (2^8 in
+    the base-2 exponent): the running maximum of each row moves at some tiles and not at others, and rows
+    differ in where. Sign-flipped rows make the maximum fall instead."""
+    b, h, n = 1, 2, 1500
+    q, k, v = qkv(b, h, h, n, n, d, torch.float32)
+    q = q.abs() * torch.where(torch.rand(b, h, n, 1, device="cuda") < 0.25, -1.0, 1.0)
+    ramp = torch.linspace(0.0, 3.0, n, device="cuda") ** 2  # up to ~9x the scores at the end
+    k = (k.abs() + 0.2) * ramp[:, None] * torch.rand(b, h, 1, 1, device="cuda").add(0.5)
+    check(q.to(dtype), k.to(dtype), v.to(dtype), causal, what=f"rising maxima d={d} causal={causal}")
