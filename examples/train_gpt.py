@@ -6,6 +6,7 @@ did not fall.
 
     python examples/train_gpt.py                 # 300 steps, 4 layers, dim 512, 8 heads (head_dim 64), seq 1024
     python examples/train_gpt.py --quick         # a smoke run of a few seconds
+    python examples/train_gpt.py --compile       # both models under torch.compile
 
 The data needs no download: each sequence repeats a random segment (period 16 to 128 tokens) drawn from a
 fixed random Markov chain over the vocabulary. The first period is predictable from the previous token alone
@@ -166,6 +167,8 @@ def parse_args(argv=None):
     p.add_argument("--every", type=int, default=25, help="steps per printed (and compared) loss value")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest allowed difference between the curves, in nats (default: 0.05 + 3%% of the loss; see TOLERANCE_ABS)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile both models (the first steps, untimed, include compilation)")
     p.add_argument("--quick", action="store_true", help="tiny smoke run: 40 steps, 2 layers, seq 256, batch 4")
     args = p.parse_args(argv)
     if args.quick:
@@ -208,8 +211,9 @@ def main(argv=None) -> int:
           f" parameters (bf16), AdamW lr {args.lr}, {args.steps} steps")
 
     warmup = min(10, args.steps // 2)
-    loss_tk, ms_tk = train(ours, data, args.lr, warmup)
-    loss_pt, ms_pt = train(theirs, data, args.lr, warmup)
+    run_tk, run_pt = (torch.compile(ours), torch.compile(theirs)) if args.compile else (ours, theirs)
+    loss_tk, ms_tk = train(run_tk, data, args.lr, warmup)
+    loss_pt, ms_pt = train(run_pt, data, args.lr, warmup)
 
     curve_tk, curve_pt = windowed(loss_tk, args.every), windowed(loss_pt, args.every)
     print(f"\nmean loss per {args.every} steps")

@@ -55,11 +55,18 @@ def _load():
     return _loaded
 
 
+@torch.compiler.assume_constant_result
+def _has_family(family: str) -> bool:
+    # Loading the extension is an import, which torch.compile cannot trace: it would split the graph (and
+    # fail fullgraph=True) whenever the first tk_ops call of a process sits inside a compiled model. Marked
+    # constant, this runs once while tracing and its answer is baked into the graph.
+    return family in _load()[1]
+
+
 def require(family: str):
     """torch.ops.tk_ops, after checking that `family`'s kernels are in the build."""
-    families = _load()[1]
-    if family not in families:
-        have = ", ".join(sorted(families)) or "none"
+    if not _has_family(family):
+        have = ", ".join(sorted(_load()[1])) or "none"
         raise FamilyNotBuiltError(
             f"the {family!r} kernels were not selected in configs.py (this build has: {have}); "
             f"add {family!r} to KERNELS in configs.py and reinstall with `pip install --no-build-isolation .`")
@@ -90,13 +97,21 @@ def check_device(*tensors, **named) -> torch.device:
     return device
 
 
+@torch.compiler.assume_constant_result
+def _is_hopper(index: int) -> bool:
+    # A device query and module state: evaluated while tracing, not traced (see _has_family).
+    if index in _hopper_devices:
+        return True
+    if torch.cuda.get_device_capability(index) != HOPPER:
+        return False
+    _hopper_devices.add(index)
+    return True
+
+
 def check_gpu(device: torch.device) -> None:
     """Raises UnsupportedDeviceError unless `device` is an sm_90 GPU, the only target compiled."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index in _hopper_devices:
-        return
-    major, minor = torch.cuda.get_device_capability(index)
-    if (major, minor) != HOPPER:
+    if not _is_hopper(index):
+        major, minor = torch.cuda.get_device_capability(index)
         raise UnsupportedDeviceError(
             f"tk_ops kernels need a Hopper GPU (sm_90: H100/H200); this is sm_{major}{minor} (cuda:{index})")
-    _hopper_devices.add(index)

@@ -184,3 +184,23 @@ def test_op_on_wrong_gpu(fake_cuda, capability):
     capability(8, 0)
     with pytest.raises(UnsupportedDeviceError, match="this is sm_80"):
         tk_ops.matmul(fake_cuda(64, 64), fake_cuda(64, 64))
+
+
+# -- torch.compile --------------------------------------------------------------------------------------
+
+def test_first_load_inside_torch_compile_keeps_one_graph(monkeypatch, fake_cuda, capability):
+    """The first tk_ops call of a process may sit inside a compiled model: loading the extension (an import)
+    and the device query must not split the graph, so fullgraph=True still compiles."""
+    fake_extension(monkeypatch, ["gemm"])
+    capability(9, 0)
+    device = fake_cuda(1).device
+
+    def f(x):
+        _ext.require("gemm")
+        _ext.check_gpu(device)
+        return x + 1
+    assert _ext._loaded is None
+    torch._dynamo.reset()
+    out = torch.compile(f, fullgraph=True, backend="eager")(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 2.0))
+    assert _ext._loaded is not None and 0 in _ext._hopper_devices

@@ -74,3 +74,31 @@ def test_compiles_fullgraph():
     compiled = run(torch.compile(ours, fullgraph=True), x, dy)
     for e, c in zip(eager, compiled):
         assert rel_err(c, e) <= 2e-3
+
+
+def test_compiles_fullgraph_as_the_first_call_of_a_process():
+    """A fresh interpreter whose first tk_ops call is inside torch.compile(fullgraph=True): loading the
+    extension and checking the GPU happen while tracing, without splitting the graph."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from ..cpu.toolchain import python_env
+    script = textwrap.dedent("""
+        import torch, tk_ops
+        torch.manual_seed(0)
+        block = torch.nn.Sequential(tk_ops.nn.Linear(256, 256), torch.nn.GELU()).cuda()
+        attn = tk_ops.nn.Attention(256, 4, 2, causal=True).cuda()
+        model = lambda x: attn(block(x))
+        x = torch.randn(2, 100, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        compiled = torch.compile(model, fullgraph=True)(x)
+        (gc,) = torch.autograd.grad(compiled.float().square().sum(), x)
+        eager = model(x)
+        (ge,) = torch.autograd.grad(eager.float().square().sum(), x)
+        err = max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in ((compiled, eager), (gc, ge)))
+        print("OK" if err < 2e-2 else f"MISMATCH {err}")
+    """)
+    res = subprocess.run([sys.executable, "-c", script], env=python_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().endswith("OK"), res.stdout[-2000:]
