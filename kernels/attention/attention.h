@@ -16,9 +16,16 @@ struct tensor4 {
     int64_t stride_b, stride_h, stride_n;
 };
 
+// An output laid out like tensor4 (the binding allocates it in the memory order of the matching input, so
+// that a (B, N, H, D) view in gives a (B, N, H, D) tensor out and the reshapes around attention stay views).
+struct out4 {
+    void *ptr;
+    int64_t stride_b, stride_h, stride_n;
+};
+
 struct fwd_problem {
     tensor4 q, k, v;
-    void *o;   // (batch, q_heads, q_len, head_dim), contiguous
+    out4 o;     // (batch, q_heads, q_len, head_dim)
     float *lse; // (batch, q_heads, q_len) fp32, contiguous: natural-log sum of exp of the scaled scores
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal; // bottom-right aligned: query i sees keys j <= i + kv_len - q_len
@@ -37,11 +44,11 @@ inline int padded_q_len(int q_len) { return (q_len + BWD_ROW_PAD - 1) / BWD_ROW_
 
 struct bwd_problem {
     tensor4 q, k, v;         // as given to the forward
-    const void *o, *dout;    // (batch, q_heads, q_len, head_dim), contiguous
+    tensor4 o, dout;         // (batch, q_heads, q_len, head_dim)
     const float *lse;        // the forward's (batch, q_heads, q_len), contiguous
     float *lse2, *delta;     // scratch (batch, q_heads, padded_q_len), written by the preparation
-    float *dq_accum;         // (batch, q_heads, q_len, head_dim) fp32, zeroed by the caller
-    void *dk, *dv;           // (batch, kv_heads, kv_len, head_dim), contiguous, in the input dtype
+    out4 dq_accum;           // (batch, q_heads, q_len, head_dim) fp32, zeroed by the caller
+    out4 dk, dv;             // (batch, kv_heads, kv_len, head_dim), in the input dtype
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
     float scale;

@@ -27,6 +27,7 @@
 
 #include "kittens.cuh"
 #include "online_softmax.cuh"
+#include "row_store.cuh"
 
 namespace tk_attention {
 using namespace kittens;
@@ -58,7 +59,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         kv_gl k, v;
         row_gl lse2, delta; // lse2: LSE * log2(e), +inf on padded rows and rows that see no key
         dq_gl dq;           // fp32 accumulator, zeroed by the host
-        T *dk, *dv;         // (batch, kv_heads, kv_len, D), contiguous
+        strided_rows<T> dk, dv; // (batch, kv_heads, kv_len, D)
         int kv_heads, group; // group: query heads per kv head
         int q_len, kv_len, q_tiles, k_blocks, num_tasks;
         bool heaviest_first; // causal task order, see get_task
@@ -257,9 +258,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // dK and dV of this consumer's 64 keys, straight from registers (rows past kv_len are skipped).
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
         const int row = c.task.k_block * BLOCK_K + c.consumer * KEYS + 16 * warpgroup::warpid() + laneid() / 4;
-        const int64_t head = int64_t(c.task.b) * c.g.kv_heads + c.task.kv_head;
-        store_rows<T>(c.g.dk + head * c.g.kv_len * D, c.state.dk, row, c.g.kv_len);
-        store_rows<T>(c.g.dv + head * c.g.kv_len * D, c.state.dv, row, c.g.kv_len);
+        store_rows<T>(c.g.dk.head(c.task.b, c.task.kv_head), c.g.dk.stride_n, c.state.dk, row, c.g.kv_len);
+        store_rows<T>(c.g.dv.head(c.task.b, c.task.kv_head), c.g.dv.stride_n, c.state.dv, row, c.g.kv_len);
     }
 };
 

@@ -12,9 +12,15 @@ namespace {
 __device__ __forceinline__ float2 to_float2(__nv_bfloat162 x) { return __bfloat1622float2(x); }
 __device__ __forceinline__ float2 to_float2(__half2 x) { return __half22float2(x); }
 
+// Offset, in 16-byte units, of 8 elements of one row of a (batch, heads, rows, D) tensor whose strides are all
+// multiples of 8 elements (the binding's TMA rule, which it enforces by copying anything else).
+__device__ __forceinline__ int64_t chunk_at(const tensor4 &t, int64_t b, int64_t h, int64_t row, int part) {
+    return (b * t.stride_b + h * t.stride_h + row * t.stride_n) / 8 + part;
+}
+
 // One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp.
 template <typename T2, int D>
-__global__ void prepare_rows(const uint4 *o, const uint4 *dout, const float *lse, float *lse2, float *delta,
+__global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *lse2, float *delta, int q_heads,
                              int q_len, int padded_len, int64_t rows) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -25,8 +31,9 @@ __global__ void prepare_rows(const uint4 *o, const uint4 *dout, const float *lse
     const bool real = row < rows && i < q_len;
     float sum = 0.f;
     if (real) {
-        const int64_t at = (head * q_len + i) * PARTS + part;
-        const uint4 a = o[at], b = dout[at];
+        const int64_t batch = head / q_heads, q_head = head % q_heads;
+        const uint4 a = static_cast<const uint4 *>(o.ptr)[chunk_at(o, batch, q_head, i, part)];
+        const uint4 b = static_cast<const uint4 *>(dout.ptr)[chunk_at(dout, batch, q_head, i, part)];
         const T2 *a2 = reinterpret_cast<const T2 *>(&a), *b2 = reinterpret_cast<const T2 *>(&b);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -54,7 +61,7 @@ template <typename T2, int D> cudaError_t launch(const bwd_problem &p, cudaStrea
     const int64_t blocks = (threads + BLOCK - 1) / BLOCK;
     if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
     prepare_rows<T2, D><<<unsigned(blocks), BLOCK, 0, stream>>>(
-        static_cast<const uint4 *>(p.o), static_cast<const uint4 *>(p.dout), p.lse, p.lse2, p.delta, p.q_len, padded, rows);
+        p.o, p.dout, p.lse, p.lse2, p.delta, p.q_heads, p.q_len, padded, rows);
     return cudaGetLastError();
 }
 

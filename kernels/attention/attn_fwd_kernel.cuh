@@ -19,6 +19,7 @@
 
 #include "kittens.cuh"
 #include "online_softmax.cuh"
+#include "row_store.cuh"
 
 namespace tk_attention {
 using namespace kittens;
@@ -45,7 +46,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
     struct globals {
         q_gl q;
         kv_gl k, v;
-        T *o;       // (batch, q_heads, q_len, D), contiguous
+        strided_rows<T> o; // (batch, q_heads, q_len, D)
         float *lse; // (batch, q_heads, q_len), contiguous
         int q_heads, group; // group: query heads per kv head (GQA)
         int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
@@ -200,13 +201,14 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         scale_rows(c.state.o, inv);
 
         const int row = first_row(c.task, c.consumer) + 16 * warpgroup::warpid() + laneid() / 4;
-        const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
         if (laneid() % 4 == 0) {
+            const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
             float *dst = c.g.lse + head * c.g.q_len;
             if (row < c.g.q_len) dst[row] = lse[0];
             if (row + 8 < c.g.q_len) dst[row + 8] = lse[1];
         }
-        store_rows<T>(c.g.o + head * c.g.q_len * D, c.state.o, row, c.g.q_len); // the Q slot stays free for the next load
+        // Straight from registers: the Q slot stays free for the next load.
+        store_rows<T>(c.g.o.head(c.task.b, c.task.h), c.g.o.stride_n, c.state.o, row, c.g.q_len);
     }
 };
 

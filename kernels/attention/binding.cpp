@@ -31,10 +31,25 @@ bool tma_readable(const at::Tensor &t) {
     return true;
 }
 
+// A size-1 axis may carry any stride; give it a harmless one that TMA accepts.
+int64_t tma_stride(const at::Tensor &t, int d) { return t.size(d) > 1 ? t.stride(d) : int64_t(8); }
+
 tk_attention::tensor4 view_of(const at::Tensor &t) {
-    // A size-1 axis may carry any stride; give it a harmless one that TMA accepts.
-    auto stride = [&](int d) { return t.size(d) > 1 ? t.stride(d) : int64_t(8); };
-    return {t.data_ptr(), stride(0), stride(1), stride(2)};
+    return {t.data_ptr(), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)};
+}
+
+tk_attention::out4 out_of(at::Tensor &t) { return {t.data_ptr(), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)}; }
+
+// Outputs take the memory order of their input: a (B, N, H, D) tensor viewed as (B, H, N, D) (what a fused
+// QKV projection gives) produces outputs laid out the same way, so that the transposes and reshapes around
+// attention stay views, as with scaled_dot_product_attention. The rule, shared with the fake implementations
+// in attention.py: (B, N, H, D) order iff H > 1, N > 1 and the head stride is below the sequence stride.
+bool heads_inner(const at::Tensor &like) { return like.size(1) > 1 && like.size(2) > 1 && like.stride(1) < like.stride(2); }
+
+at::Tensor empty_like_order(const at::Tensor &like, at::ScalarType type) {
+    const auto options = like.options().dtype(type);
+    const int64_t B = like.size(0), H = like.size(1), N = like.size(2), D = like.size(3);
+    return heads_inner(like) ? at::empty({B, N, H, D}, options).transpose(1, 2) : at::empty({B, H, N, D}, options);
 }
 
 // The checks q, k, v share between the forward and the backward.
@@ -76,7 +91,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
     const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
 
     const c10::cuda::CUDAGuard guard(q_in.device());
-    at::Tensor o = at::empty({B, Hq, Nq, D}, q_in.options());
+    at::Tensor o = empty_like_order(q_in, q_in.scalar_type());
     at::Tensor lse = at::empty({B, Hq, Nq}, q_in.options().dtype(at::kFloat));
     if (B == 0 || Hq == 0 || Nq == 0) return {o, lse};
     if (Nk == 0) { // no key at all: every row sees nothing
@@ -102,7 +117,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
-    p.o = o.data_ptr();
+    p.o = out_of(o);
     p.lse = lse.data_ptr<float>();
     p.batch = int(B);
     p.q_heads = int(Hq);
@@ -139,33 +154,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
             "tk_ops.attention backward: lse must be float32 (B, Hq, Nq), as the forward returns it");
 
     const c10::cuda::CUDAGuard guard(q_in.device());
-    at::Tensor dk = at::empty({B, Hk, Nk, D}, k_in.options());
-    at::Tensor dv = at::empty({B, Hk, Nk, D}, v_in.options());
+    at::Tensor dq = empty_like_order(q_in, q_in.scalar_type());
+    at::Tensor dk = empty_like_order(k_in, k_in.scalar_type());
+    at::Tensor dv = empty_like_order(v_in, v_in.scalar_type());
     if (B == 0 || Hq == 0 || Nq == 0 || Nk == 0) { // nothing to differentiate through
-        dk.zero_();
-        dv.zero_();
-        return {at::zeros({B, Hq, Nq, D}, q_in.options()), dk, dv};
+        return {dq.zero_(), dk.zero_(), dv.zero_()};
     }
     at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
     require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
-    at::Tensor o = dense_aligned(o_in), dout = dense_aligned(dout_in), lse = dense_aligned(lse_in);
+    at::Tensor o = tma_readable_copy(o_in), dout = tma_readable_copy(dout_in), lse = dense_aligned(lse_in);
+    require(tma_readable(o) && tma_readable(dout), "tk_ops.attention backward: o and dout must be 16-byte aligned");
     const auto f32 = q_in.options().dtype(at::kFloat);
     const int64_t padded = tk_attention::padded_q_len(int(Nq));
     at::Tensor lse2 = at::empty({B, Hq, padded}, f32), delta = at::empty({B, Hq, padded}, f32);
-    at::Tensor dq_accum = at::zeros({B, Hq, Nq, D}, f32);
+    // In dQ's memory order, so that the conversion at the end is a dense elementwise copy.
+    at::Tensor dq_accum = empty_like_order(q_in, at::kFloat).zero_();
 
     tk_attention::bwd_problem p{};
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
-    p.o = o.data_ptr();
-    p.dout = dout.data_ptr();
+    p.o = view_of(o);
+    p.dout = view_of(dout);
     p.lse = lse.data_ptr<float>();
     p.lse2 = lse2.data_ptr<float>();
     p.delta = delta.data_ptr<float>();
-    p.dq_accum = dq_accum.data_ptr<float>();
-    p.dk = dk.data_ptr();
-    p.dv = dv.data_ptr();
+    p.dq_accum = out_of(dq_accum);
+    p.dk = out_of(dk);
+    p.dv = out_of(dv);
     p.batch = int(B);
     p.q_heads = int(Hq);
     p.kv_heads = int(Hk);
@@ -177,7 +193,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     p.type = kernel_type(q);
     const cudaError_t e = tk_attention::backward(p, at::cuda::getCurrentCUDAStream());
     require(e == cudaSuccess, "tk_ops.attention backward kernel failed: ", cudaGetErrorString(e));
-    return {dq_accum.to(q_in.scalar_type()), dk, dv};
+    dq.copy_(dq_accum);
+    return {dq, dk, dv};
 }
 
 } // namespace

@@ -126,21 +126,4 @@ template <typename T, int C> __device__ inline void to_type(rt<T, 16, C> &dst, c
         for (int k = 0; k < 4; k++) dst.tiles[0][j].data[k] = convert<typename rt<T, 16, C>::T2>(src.tiles[0][j].data[k]);
 }
 
-// Writes a warp's 16 accumulator rows (fp32, first row `row`) to a dense (rows x C) matrix of T at `base`,
-// converting on the way; rows at or past `rows` are skipped. Each lane writes 4-byte pairs, so a quad covers
-// 16 contiguous bytes of a row per instruction: for outputs small next to the work that made them, cheaper
-// than a trip through shared memory.
-template <typename T, int C> __device__ inline void store_rows(T *base, const rt_fl<16, C> &acc, int row, int rows) {
-    using T2 = typename rt<T, 16, C>::T2;
-    const int col0 = 2 * (laneid() % 4);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int r = row + ((k & 1) ? 8 : 0);
-        if (r >= rows) continue;
-        T *dst = base + int64_t(r) * C + col0 + ((k & 2) ? 8 : 0);
-#pragma unroll
-        for (int j = 0; j < C / 16; j++) *reinterpret_cast<T2 *>(dst + 16 * j) = convert<T2>(acc.tiles[0][j].data[k]);
-    }
-}
-
 } // namespace tk_attention

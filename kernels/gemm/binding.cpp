@@ -1,4 +1,5 @@
-// Torch binding of the GEMM kernels: tk_ops::matmul and tk_ops::scaled_mm.
+// Torch binding of the GEMM kernels: tk_ops::matmul, tk_ops::linear and tk_ops::scaled_mm (CUDA kernels; the
+// autograd of linear is in linear_autograd.cpp).
 //
 // The Python wrappers (python/tk_ops/gemm.py) validate arguments with friendly messages first; the checks
 // here are the last line of defence, so that nothing reaching a kernel can fault or write out of bounds.
@@ -7,9 +8,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <stdexcept>
+#include <vector>
 
 #include "common/require.h"
 #include "gemm.h"
@@ -20,13 +23,25 @@ using tk_kernels::require;
 
 bool aligned16(const at::Tensor &t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-// An operand viewed as (rows, cols): true if its storage is row-major (cols contiguous), false if it is the
-// transpose of a row-major tensor. Anything else, or a misaligned base, is copied to row-major first.
-bool rows_contiguous(at::Tensor &t, int64_t other_stride_rule) {
-    if (t.is_contiguous() && aligned16(t)) return true;
-    if (t.t().is_contiguous() && aligned16(t) && other_stride_rule % 8 == 0) return false;
-    t = t.contiguous();
-    return true;
+// How the kernel reads an operand viewed as (rows, cols): true if from row-major storage, false if from the
+// transpose of a row-major tensor. TMA needs a 16-byte aligned base and a row stride that is a multiple of 8
+// elements, so a view whose storage already qualifies is read in place; anything else is copied, row-major
+// when its column count allows, else transposed. Only the stored row length matters: the other dimension is
+// an extent, any size (so dW = dY^T X contracts over any number of tokens without padding).
+bool tma_order(at::Tensor &t, const char *name) {
+    const int64_t rows = t.size(0), cols = t.size(1);
+    if (aligned16(t)) {
+        if (t.is_contiguous() && cols % 8 == 0) return true;
+        if (t.t().is_contiguous() && rows % 8 == 0) return false;
+    }
+    if (cols % 8 == 0) {
+        t = t.clone(at::MemoryFormat::Contiguous);
+        return true;
+    }
+    require(rows % 8 == 0, "tk_ops.matmul: ", name, " is ", rows, "x", cols,
+            ": one of its dimensions must be a multiple of 8 (TMA needs 16-byte row strides)");
+    t = t.t().clone(at::MemoryFormat::Contiguous).t();
+    return false;
 }
 
 void check_cuda(cudaError_t e, const char *what) {
@@ -40,28 +55,48 @@ void check_common(const at::Tensor &a, const at::Tensor &b) {
     require(a.size(1) == b.size(0), "tk_ops: inner dimensions differ: a is ", a.size(0), "x", a.size(1), ", b is ", b.size(0), "x", b.size(1));
 }
 
-at::Tensor matmul(const at::Tensor &a_in, const at::Tensor &b_in) {
+at::Tensor matmul_cuda(const at::Tensor &a_in, const at::Tensor &b_in) {
     check_common(a_in, b_in);
     require(a_in.scalar_type() == at::kBFloat16 && b_in.scalar_type() == at::kBFloat16,
                 "tk_ops.matmul: operands must be bfloat16");
     const int64_t M = a_in.size(0), K = a_in.size(1), N = b_in.size(1);
-    require(K % 8 == 0 && N % 8 == 0,
-                "tk_ops.matmul: K and N must be multiples of 8 (TMA needs 16-byte row strides); got K=", K, ", N=", N);
+    require(N % 8 == 0, "tk_ops.matmul: N must be a multiple of 8 (the output's rows are written by TMA); got N=", N);
     require(M < (1ll << 31) && N < (1ll << 31) && K < (1ll << 31), "tk_ops.matmul: dimensions must be below 2^31");
     const c10::cuda::CUDAGuard guard(a_in.device());
     at::Tensor out = at::empty({M, N}, a_in.options());
     if (M == 0 || N == 0) return out;
     if (K == 0) return out.zero_();
     at::Tensor a = a_in, b = b_in;
-    const bool a_kmajor = rows_contiguous(a, M);  // (M, K) row-major, else (K, M) row-major
-    const bool b_rowmajor = rows_contiguous(b, K); // (K, N) row-major, else (N, K) row-major
+    const bool a_kmajor = tma_order(a, "a");   // (M, K) row-major, else (K, M) row-major
+    const bool b_rowmajor = tma_order(b, "b"); // (K, N) row-major, else (N, K) row-major
     check_cuda(tk_gemm::matmul_bf16(a.data_ptr(), a_kmajor, b.data_ptr(), !b_rowmajor, out.data_ptr(), int(M), int(N),
                                     int(K), at::cuda::getCurrentCUDAStream()),
                "tk_ops.matmul kernel");
     return out;
 }
 
-at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
+// y = x @ weight^T (+ bias) for x (..., K), weight (N, K) as nn.Linear stores it, bias (N): the weight is read
+// in place as the kernel's K-major B operand.
+at::Tensor linear_cuda(const at::Tensor &x, const at::Tensor &weight, const std::optional<at::Tensor> &bias) {
+    require(x.dim() >= 1 && weight.dim() == 2,
+            "tk_ops.linear: x must be (..., in_features) and weight (out_features, in_features)");
+    require(x.size(-1) == weight.size(1), "tk_ops.linear: x has ", x.size(-1), " features, weight expects ",
+            weight.size(1));
+    const bool has_bias = bias.has_value() && bias->defined();
+    if (has_bias) {
+        require(bias->dim() == 1 && bias->size(0) == weight.size(0), "tk_ops.linear: bias must be (out_features,) = (",
+                weight.size(0), ",)");
+        require(bias->scalar_type() == at::kBFloat16 && bias->is_cuda() && bias->device() == x.device(),
+                "tk_ops.linear: bias must be a bfloat16 CUDA tensor on x's device");
+    }
+    at::Tensor y = matmul_cuda(x.reshape({-1, x.size(-1)}), weight.t());
+    if (has_bias) y.add_(*bias);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return y.view(shape);
+}
+
+at::Tensor scaled_mm_cuda(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
                      at::ScalarType out_dtype) {
     check_common(a, b);
     require(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
@@ -100,6 +135,7 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor 
 // The schemas are defined in Python (python/tk_ops/gemm.py) together with their fake implementations and
 // autograd formulas, so tracing works even where this extension is absent; here only the CUDA kernels attach.
 TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
-    m.impl("matmul", &matmul);
-    m.impl("scaled_mm", &scaled_mm);
+    m.impl("matmul", &matmul_cuda);
+    m.impl("linear", &linear_cuda);
+    m.impl("scaled_mm", &scaled_mm_cuda);
 }

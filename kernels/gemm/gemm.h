@@ -10,7 +10,8 @@ enum class out_dtype { bf16, fp16, fp32 };
 
 // C (M x N, row-major bf16) = A @ B. a_kmajor: A is (M, K) row-major, else its transpose (K, M) row-major.
 // b_kmajor: B is stored as (N, K) row-major (B^T contiguous), else (K, N) row-major.
-// Requires the 16-byte TMA stride rule: K % 8 == 0 and N % 8 == 0 (and M % 8 == 0 when A is not K-major).
+// Requires the 16-byte TMA stride rule on every stored row: N % 8 == 0 (C), K % 8 == 0 for a K-major A or B,
+// M % 8 == 0 for an A that is not K-major (the binding arranges the layouts).
 cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
                         cudaStream_t stream);
 

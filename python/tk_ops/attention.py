@@ -40,16 +40,32 @@ HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
+def _heads_inner(t: torch.Tensor) -> bool:
+    """Whether an output made from the (B, H, N, D) input ``t`` is laid out (B, N, H, D) in memory: when ``t``
+    is, i.e. its head stride is below its sequence stride (H > 1 and N > 1). The kernels' outputs follow
+    their input's memory order, as scaled_dot_product_attention's do, so that the transposes and reshapes
+    around attention in a transformer block stay views. The C++ binding applies the same rule."""
+    return t.shape[1] > 1 and t.shape[2] > 1 and t.stride(1) < t.stride(2)
+
+
+def _empty_like_order(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    b, h, n, d = t.shape
+    dtype = t.dtype if dtype is None else dtype
+    if _heads_inner(t):
+        return t.new_empty((b, n, h, d), dtype=dtype).transpose(1, 2)
+    return t.new_empty((b, h, n, d), dtype=dtype)
+
+
 @torch.library.register_fake("tk_ops::attention_fwd")
 def _attention_fwd_fake(q, k, v, causal, scale):
     b, h, n, d = q.shape
-    return q.new_empty((b, h, n, d)), q.new_empty((b, h, n), dtype=torch.float32)
+    return _empty_like_order(q), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 @torch.library.register_fake("tk_ops::attention_bwd")
 def _attention_bwd_fake(q, k, v, o, dout, lse, causal, scale):
-    # Contiguous, in the input dtype: dQ shaped like q, dK and dV like k and v (summed over each GQA group).
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    # In the input dtype and memory order: dQ shaped like q, dK and dV like k and v (summed over each GQA group).
+    return _empty_like_order(q), _empty_like_order(k), _empty_like_order(v)
 
 
 def _attention_setup(ctx, inputs, output):

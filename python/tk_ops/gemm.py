@@ -2,7 +2,9 @@
 
 Both are torch custom ops (``torch.ops.tk_ops.matmul`` / ``scaled_mm``) with fake implementations, so
 they trace under ``torch.compile(fullgraph=True)`` and capture into CUDA graphs; ``matmul`` has an
-autograd formula whose two products run on the same kernels.
+autograd formula whose two products run on the same kernels. A third op, ``torch.ops.tk_ops.linear(x,
+weight, bias)`` (what :class:`tk_ops.nn.Linear` calls), has its autograd formula in C++
+(kernels/gemm/linear_autograd.cpp), registered when the extension loads: a training step calls it often.
 """
 from __future__ import annotations
 
@@ -13,12 +15,18 @@ from .errors import DTypeError, InputError
 
 _lib = torch.library.Library("tk_ops", "FRAGMENT")
 _lib.define("matmul(Tensor a, Tensor b) -> Tensor")
+_lib.define("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
 _lib.define("scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType out_dtype) -> Tensor")
 
 
 @torch.library.register_fake("tk_ops::matmul")
 def _matmul_fake(a, b):
     return a.new_empty((a.shape[0], b.shape[1]))
+
+
+@torch.library.register_fake("tk_ops::linear")
+def _linear_fake(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 @torch.library.register_fake("tk_ops::scaled_mm")

@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import torch
 
+from . import _ext
 from .attention import HEAD_DIMS, attention
 from .errors import DTypeError, InputError
-from .gemm import matmul
 
 __all__ = ["Linear", "Attention"]
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # One op, forward and backward in C++ (kernels/gemm/linear_autograd.cpp): a Python autograd formula would
+    # cost more host time per call than the GEMM itself at small sizes, and dW comes out in the weight's own
+    # layout, so nothing is copied between the GEMMs and the optimizer.
+    _ext.check_device(x=x, weight=weight, bias=bias)
+    return _ext.require("gemm").linear(x, weight, bias)
 
 
 class Linear(torch.nn.Linear):
@@ -41,10 +49,7 @@ class Linear(torch.nn.Linear):
                             f"{self.weight.dtype}; convert with .to(torch.bfloat16)")
         if x.shape[-1] != self.in_features:
             raise InputError(f"tk_ops.nn.Linear: input has {x.shape[-1]} features, expected {self.in_features}")
-        y = matmul(x.reshape(-1, self.in_features), self.weight.t())
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return _linear(x, self.weight, self.bias)
 
 
 class Attention(torch.nn.Module):

@@ -106,12 +106,26 @@ def test_backward_fake_gives_shapes():
 
 
 def test_backward_fake_from_strided_views():
-    """Transposed (B, N, H, D) inputs: the gradients are still contiguous (B, H, N, D)."""
+    """Transposed (B, N, H, D) inputs: each gradient takes its input's memory order ((B, N, H, D) for dQ; a
+    single kv head has one order only, so dK and dV are plain contiguous)."""
     q = t(2, 50, 4, 64, device="meta").transpose(1, 2)
     kv = t(2, 30, 1, 64, device="meta").transpose(1, 2)
     dq, dk, dv = torch.ops.tk_ops.attention_bwd(q, kv, kv, q, q, t(2, 4, 50, device="meta", dtype=torch.float32),
                                                 False, 0.125)
-    assert dq.shape == (2, 4, 50, 64) and dq.is_contiguous() and dk.shape == (2, 1, 30, 64) and dv.is_contiguous()
+    assert dq.shape == (2, 4, 50, 64) and dq.transpose(1, 2).is_contiguous() and not dq.is_contiguous()
+    assert dk.shape == (2, 1, 30, 64) and dk.is_contiguous() and dv.is_contiguous()
+
+
+def test_forward_output_follows_the_query_memory_order():
+    """A fused QKV projection's (B, N, 3H, D) slices give O laid out (B, N, H, D), so that
+    o.transpose(1, 2).reshape(B, N, H * D) is a view (as with SDPA); contiguous q gives contiguous O."""
+    qkv = t(2, 50, 12, 64, device="meta")
+    q, k, v = (x.transpose(1, 2) for x in qkv.split([4, 4, 4], dim=2))
+    o, lse = torch.ops.tk_ops.attention_fwd(q, k, v, True, 0.125)
+    assert o.shape == (2, 4, 50, 64) and o.transpose(1, 2).is_contiguous() and lse.is_contiguous()
+    assert o.transpose(1, 2).reshape(2, 50, 256)._base is not None  # a view, no copy
+    o, _ = torch.ops.tk_ops.attention_fwd(q.contiguous(), k, v, True, 0.125)
+    assert o.is_contiguous()
 
 
 def test_autograd_on_meta_tensors():

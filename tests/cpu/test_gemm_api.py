@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops.errors import DTypeError, InputError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 
 
 def bf16(*shape):
@@ -62,3 +62,17 @@ def test_linear_checks_feature_multiples():
     assert layer.weight.dtype == torch.bfloat16 and layer.weight.shape == (24, 16)
     with pytest.raises(DTypeError, match="bfloat16"):
         layer(torch.randn(3, 16))
+    with pytest.raises(InputError, match="features"):
+        layer(torch.randn(3, 15, dtype=torch.bfloat16))
+    with pytest.raises(DeviceMismatchError, match="cuda"):
+        layer(torch.randn(3, 16, dtype=torch.bfloat16))
+
+
+def test_linear_fake_gives_shapes():
+    """tk_ops::linear's fake: x (..., K), weight (N, K) -> (..., N), as torch.compile sees it."""
+    w = torch.empty(24, 16, device="meta", dtype=torch.bfloat16)
+    for lead in [(), (5,), (2, 3)]:
+        x = torch.empty(*lead, 16, device="meta", dtype=torch.bfloat16)
+        for bias in (None, torch.empty(24, device="meta", dtype=torch.bfloat16)):
+            y = torch.ops.tk_ops.linear(x, w, bias)
+            assert y.shape == (*lead, 24) and y.dtype == torch.bfloat16 and y.is_contiguous()

@@ -16,13 +16,13 @@ def cpu_math(monkeypatch):
     """Swap the module's kernels for CPU math; record what the attention receives."""
     seen = []
 
-    def matmul(a, b):
-        return (a.float() @ b.float()).to(a.dtype)
+    def linear(x, w, b):
+        return torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float()).to(x.dtype)
 
     def attention(q, k, v, causal=False, scale=None):
         seen.append((q, k, v, causal))
         return reference.attention(q, k, v, causal=causal, scale=scale)[0].to(q.dtype)
-    monkeypatch.setattr(tk_nn, "matmul", matmul)
+    monkeypatch.setattr(tk_nn, "_linear", linear)
     monkeypatch.setattr(tk_nn, "attention", attention)
     return seen
 

@@ -80,11 +80,21 @@ def test_matmul_autograd():
     assert_close(b.grad, a.detach().double().t() @ g.double(), BF16_TOL, "dB")
 
 
-def test_raw_op_rejects_bad_k_with_an_exception():
-    a, b = make_operand(64, 300, False), make_operand(300, 64, False)
+def test_raw_op_rejects_an_operand_tma_cannot_hold():
+    """a is 60 x 300: neither its rows nor its columns can be stored with a 16-byte stride."""
+    a, b = make_operand(60, 300, False), make_operand(300, 64, False)
     # std::invalid_argument from the binding arrives as ValueError; the point is that it arrives at all
-    with pytest.raises((RuntimeError, ValueError), match="multiples? of 8"):
+    with pytest.raises((RuntimeError, ValueError), match="multiple of 8"):
         torch.ops.tk_ops.matmul(a, b)
+
+
+@pytest.mark.parametrize("a_t", [False, True], ids=["a_row", "a_t"])
+def test_raw_op_contracts_over_any_length_when_rows_allow(a_t):
+    """K = 300 breaks the rule only for K-major storage: the op stores such an A transposed (M = 64 is fine)
+    and reads the row-major B (K rows of N) in place. This is how dW = dY^T X runs over any token count."""
+    a, b = make_operand(64, 300, a_t), make_operand(300, 72, False)
+    fresh_pool_with_nan(64 * 72)
+    assert_close(torch.ops.tk_ops.matmul(a, b), a.double() @ b.double(), BF16_TOL, "K = 300")
 
 
 @pytest.mark.parametrize("m", [300, 1, 64])
@@ -138,6 +148,55 @@ def test_linear_forward_backward(bias):
     assert_close(mod.weight.grad, g64.t() @ x64, BF16_TOL, "dW")
     if bias:
         assert_close(mod.bias.grad, g64.sum(0), BF16_TOL, "db")
+
+
+@pytest.mark.parametrize("shape", [(3, 333, 64), (64,), (1, 64), (1000, 64)], ids=str)
+@pytest.mark.parametrize("wrt", ["x", "w", "xw"])
+def test_linear_ragged_tokens_and_partial_grads(shape, wrt):
+    """Any token count (dW contracts over tokens: no multiple-of-8 rule there), a 1-D input, gradients only
+    where required, and dW in the weight's own layout (no transposing copy on the way to the optimizer)."""
+    torch.manual_seed(1)
+    mod = tk_ops.nn.Linear(64, 40, device="cuda")
+    mod.weight.requires_grad_("w" in wrt)
+    mod.bias.requires_grad_("w" in wrt)
+    x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad="x" in wrt)
+    y = mod(x)
+    assert y.shape == (*shape[:-1], 40)
+    assert_close(y, reference.linear(x.detach(), mod.weight.detach(), mod.bias.detach()), BF16_TOL, "forward")
+    g = torch.randn_like(y)
+    y.backward(g)
+    g64, x64 = g.double().reshape(-1, 40), x.detach().double().reshape(-1, 64)
+    if "x" in wrt:
+        assert_close(x.grad.reshape(-1, 64), g64 @ mod.weight.detach().double(), BF16_TOL, "dX")
+    else:
+        assert x.grad is None
+    if "w" in wrt:
+        assert mod.weight.grad.is_contiguous() and mod.weight.grad.shape == (40, 64)
+        assert_close(mod.weight.grad, g64.t() @ x64, BF16_TOL, "dW")
+        assert_close(mod.bias.grad, g64.sum(0), BF16_TOL, "db")
+    else:
+        assert mod.weight.grad is None and mod.bias.grad is None
+
+
+def test_linear_double_backward():
+    """backward(create_graph=True) goes through the products' own autograd: dX = dY W is differentiable in W.
+    With y = x W^T and L = sum(dL/dx) for dY = 1, dL/dW[n, k] = number of tokens."""
+    mod = tk_ops.nn.Linear(64, 32, bias=False, device="cuda")
+    x = torch.randn(48, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    (gx,) = torch.autograd.grad(mod(x).sum(), x, create_graph=True)
+    gx.sum().backward()
+    assert torch.equal(mod.weight.grad, torch.full_like(mod.weight, 48.0))
+
+
+def test_linear_opcheck():
+    """Schema, fake-vs-kernel metadata, the C++ autograd registration and the dynamic-shape path that
+    torch.compile takes."""
+    x = torch.randn(3, 37, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(48, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(48, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    tk_ops.nn.Linear(64, 48, device="cuda")(x)  # loads the extension (and with it the autograd kernel)
+    for args in ((x, w, b), (x, w, None)):
+        torch.library.opcheck(torch.ops.tk_ops.linear, args, rtol=2e-2, atol=2e-2)
 
 
 def test_linear_compiles_fullgraph():
