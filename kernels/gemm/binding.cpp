@@ -55,7 +55,8 @@ void check_common(const at::Tensor &a, const at::Tensor &b) {
     require(a.size(1) == b.size(0), "tk_ops: inner dimensions differ: a is ", a.size(0), "x", a.size(1), ", b is ", b.size(0), "x", b.size(1));
 }
 
-at::Tensor matmul_cuda(const at::Tensor &a_in, const at::Tensor &b_in) {
+// a @ b (+ bias, added to every row in the kernel's epilogue).
+at::Tensor matmul_bias(const at::Tensor &a_in, const at::Tensor &b_in, const at::Tensor *bias) {
     check_common(a_in, b_in);
     require(a_in.scalar_type() == at::kBFloat16 && b_in.scalar_type() == at::kBFloat16,
                 "tk_ops.matmul: operands must be bfloat16");
@@ -65,15 +66,20 @@ at::Tensor matmul_cuda(const at::Tensor &a_in, const at::Tensor &b_in) {
     const c10::cuda::CUDAGuard guard(a_in.device());
     at::Tensor out = at::empty({M, N}, a_in.options());
     if (M == 0 || N == 0) return out;
-    if (K == 0) return out.zero_();
+    if (K == 0) return bias ? out.copy_(bias->expand({M, N})) : out.zero_();
     at::Tensor a = a_in, b = b_in;
     const bool a_kmajor = tma_order(a, "a");   // (M, K) row-major, else (K, M) row-major
     const bool b_rowmajor = tma_order(b, "b"); // (K, N) row-major, else (N, K) row-major
+    // The bias epilogue exists for the nn.Linear layout (both operands K-major); other layouts add it after.
+    const bool fused = bias && a_kmajor && !b_rowmajor;
     check_cuda(tk_gemm::matmul_bf16(a.data_ptr(), a_kmajor, b.data_ptr(), !b_rowmajor, out.data_ptr(), int(M), int(N),
-                                    int(K), at::cuda::getCurrentCUDAStream()),
+                                    int(K), at::cuda::getCurrentCUDAStream(), fused ? bias->data_ptr() : nullptr),
                "tk_ops.matmul kernel");
+    if (bias && !fused) out.add_(*bias);
     return out;
 }
+
+at::Tensor matmul_cuda(const at::Tensor &a, const at::Tensor &b) { return matmul_bias(a, b, nullptr); }
 
 // y = x @ weight^T (+ bias) for x (..., K), weight (N, K) as nn.Linear stores it, bias (N): the weight is read
 // in place as the kernel's K-major B operand.
@@ -89,8 +95,10 @@ at::Tensor linear_cuda(const at::Tensor &x, const at::Tensor &weight, const std:
         require(bias->scalar_type() == at::kBFloat16 && bias->is_cuda() && bias->device() == x.device(),
                 "tk_ops.linear: bias must be a bfloat16 CUDA tensor on x's device");
     }
-    at::Tensor y = matmul_cuda(x.reshape({-1, x.size(-1)}), weight.t());
-    if (has_bias) y.add_(*bias);
+    // The epilogue reads the bias as 4-byte pairs: a view at an odd offset is copied first.
+    at::Tensor b;
+    if (has_bias) b = bias->is_contiguous() && reinterpret_cast<uintptr_t>(bias->data_ptr()) % 4 == 0 ? *bias : bias->clone();
+    at::Tensor y = matmul_bias(x.reshape({-1, x.size(-1)}), weight.t(), has_bias ? &b : nullptr);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = weight.size(0);
     return y.view(shape);

@@ -12,8 +12,10 @@ enum class out_dtype { bf16, fp16, fp32 };
 // b_kmajor: B is stored as (N, K) row-major (B^T contiguous), else (K, N) row-major.
 // Requires the 16-byte TMA stride rule on every stored row: N % 8 == 0 (C), K % 8 == 0 for a K-major A or B,
 // M % 8 == 0 for an A that is not K-major (the binding arranges the layouts).
+// bias: null, or N bf16 values (4-byte aligned) added to every row of C in fp32 before rounding; supported when
+// both operands are K-major (the nn.Linear layout), cudaErrorNotSupported otherwise.
 cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const void *bias = nullptr);
 
 // C (M x N, row-major, `out`) = (A * scale_a) @ (B * scale_b) with A (M, K) e4m3 row-major, B (N, K) e4m3
 // row-major, per-tensor fp32 scales in device memory. Requires K % 16 == 0 and N % 8 == 0.

@@ -11,12 +11,14 @@ namespace {
 
 using kittens::bf16;
 
+// Each configuration also comes with a bias epilogue (BIAS), for the nn.Linear layout (both operands K-major)
+// only. With a bias the big blocks store 32-column pieces: the bias takes the shared memory of the other half.
 // 128 x 256 blocks, 4-stage ring, 64-column epilogue pieces: the general configuration.
-template <major AM, major BM_> using big = gemm<bf16, bf16, AM, BM_, 256, 4, 64>;
+template <major AM, major BM_, bool BIAS = false> using big = gemm<bf16, bf16, AM, BM_, 256, 4, BIAS ? 32 : 64, false, 2, 16, BIAS>;
 // The big configuration with L2 eviction hints (operands evict_last, output evict_first).
-template <major AM, major BM_> using hinted = gemm<bf16, bf16, AM, BM_, 256, 4, 64, true>;
+template <major AM, major BM_, bool BIAS = false> using hinted = gemm<bf16, bf16, AM, BM_, 256, 4, BIAS ? 32 : 64, true, 2, 16, BIAS>;
 // 128 x 128 blocks, 5-stage ring: twice the tasks, for problems too small to fill the GPU with big blocks.
-template <major AM, major BM_> using small = gemm<bf16, bf16, AM, BM_, 128, 5, 128>;
+template <major AM, major BM_, bool BIAS = false> using small = gemm<bf16, bf16, AM, BM_, 128, 5, 128, false, 2, 16, BIAS>;
 
 int device_attribute(cudaDeviceAttr attr, int fallback) {
     int dev = 0, n = 0;
@@ -27,7 +29,7 @@ int device_attribute(cudaDeviceAttr attr, int fallback) {
 
 // 64 x 128 blocks with one consumer warpgroup, 6-stage ring: for problems that would leave SMs idle even with
 // 128 x 128 blocks.
-template <major AM, major BM_> using tiny = gemm<bf16, bf16, AM, BM_, 128, 6, 128, false, 1>;
+template <major AM, major BM_, bool BIAS = false> using tiny = gemm<bf16, bf16, AM, BM_, 128, 6, 128, false, 1, 16, BIAS>;
 
 enum class config { big, hinted, small, tiny };
 
@@ -48,20 +50,21 @@ config pick(int M, int N, int K) {
     return config::big;
 }
 
-template <major AM, major BM_>
-cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cudaStream_t stream) {
+template <major AM, major BM_, bool BIAS = false>
+cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cudaStream_t stream, const void *bias = nullptr) {
     switch (pick(M, N, K)) {
-    case config::small: return launch_gemm<small<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
-    case config::tiny: return launch_gemm<tiny<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
-    case config::hinted: return launch_gemm<hinted<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
-    default: return launch_gemm<big<AM, BM_>>(a, b, c, M, N, K, nullptr, nullptr, stream);
+    case config::small: return launch_gemm<small<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
+    case config::tiny: return launch_gemm<tiny<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
+    case config::hinted: return launch_gemm<hinted<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
+    default: return launch_gemm<big<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
     }
 }
 
 } // namespace
 
 cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const void *bias) {
+    if (bias) return a_kmajor && b_kmajor ? run<major::k, major::k, true>(a, b, c, M, N, K, stream, bias) : cudaErrorNotSupported;
     if (a_kmajor && b_kmajor) return run<major::k, major::k>(a, b, c, M, N, K, stream);
     if (a_kmajor) return run<major::k, major::mn>(a, b, c, M, N, K, stream);
     if (b_kmajor) return run<major::mn, major::k>(a, b, c, M, N, K, stream);

@@ -22,8 +22,11 @@ enum class major { k, mn };
 // L2_HINTS: operands are loaded with L2 evict_last and C is stored with evict_first, so the output streaming
 // through L2 does not push out the A and B panels other blocks are about to read.
 // CONSUMERS: consumer warpgroups per block, 64 rows each (one for problems too small to fill the GPU).
+// BIAS: C = A @ B + bias, a row vector of N values added in fp32 before the one rounding to T_OUT, as a fused
+// GEMM epilogue does (nn.Linear). Its BN values per task go to shared memory, which costs the big configuration
+// half of its epilogue buffer: give it C_PIECE = 32 there.
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
-          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16>
+          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
@@ -44,6 +47,8 @@ struct gemm {
     using a_gl = gl<T_IN, 1, 1, -1, -1, a_tile>;
     using b_gl = gl<T_IN, 1, 1, -1, -1, b_tile>;
     using c_gl = gl<T_OUT, 1, 1, -1, -1, c_tile>;
+    using bias_vec = sv<T_OUT, BN>;
+    using bias_gl = gl<T_OUT, 1, 1, 1, -1>;
 
     struct globals {
         a_gl a;
@@ -51,14 +56,19 @@ struct gemm {
         c_gl c;
         int tiles_m, tiles_n, k_iters;
         const float *scale_a, *scale_b; // per-tensor scales (fp8); null means 1
+        bias_gl bias;                   // (N) added to every row of C when BIAS
     };
     struct input_block {
         a_tile a[NUM_CONSUMERS];
         b_tile b;
     };
-    struct output_block {
+    struct plain_output {
         c_tile c[NUM_CONSUMERS][C_BUFFERS];
     };
+    struct biased_output : plain_output {
+        bias_vec bias[NUM_CONSUMERS]; // the task's BN bias values, one copy per consumer
+    };
+    using output_block = std::conditional_t<BIAS, biased_output, plain_output>;
     struct consumer_state {
         rt_fl<16, BN> acc;
         rt<T_OUT, 16, BN> out; // the finished block, waiting for store()
@@ -97,7 +107,15 @@ struct gemm {
         else load(p.input.b, p.g.b, {p.iter, p.task.n});
     }
 
-    __device__ static inline void setup(lcsf::consumer_args<gemm> &) {}
+    // The task's bias slice goes to shared memory by cp.async, which needs no registers (the accumulators
+    // leave none to spare) and lands long before finish() reads it. The barrier first: every lane of this
+    // consumer has finished reading the previous task's slice.
+    __device__ static inline void setup(lcsf::consumer_args<gemm> &c) {
+        if constexpr (BIAS) {
+            warpgroup::sync(c.consumer + 1);
+            warpgroup::load_async(c.output.bias[c.consumer], c.g.bias, {0, 0, 0, c.task.n});
+        }
+    }
 
     // Issue this stage's wgmma group (overwriting the accumulators on the first stage), then wait for the
     // previous stage's group, whose stage the template hands back.
@@ -121,12 +139,20 @@ struct gemm {
 
     __device__ static inline void drain(lcsf::consumer_args<gemm> &c) { warpgroup::mma_async_wait<0>(c.state.acc); }
 
-    // Accumulators -> output type (with the fp8 scales), in registers.
+    // Accumulators -> output type (with the fp8 scales, or plus the bias in fp32 before the one rounding, as a
+    // fused GEMM epilogue does), in registers.
     __device__ static inline void finish(lcsf::consumer_args<gemm> &c) {
         float scale = 1.f;
         if constexpr (FP8) {
             if (c.g.scale_a) scale *= *c.g.scale_a;
             if (c.g.scale_b) scale *= *c.g.scale_b;
+        }
+        // This lane's bias columns in base tile t: 16 t + 2 (lane % 4), and 8 further for pairs k = 2, 3.
+        const T_OUT *bias_row = nullptr;
+        if constexpr (BIAS) {
+            detail::memory::cp_async_wait<0>();
+            warpgroup::sync(c.consumer + 1);
+            bias_row = &c.output.bias[c.consumer].data[2 * (laneid() % 4)];
         }
 #pragma unroll
         for (int t = 0; t < BN / 16; t++)
@@ -134,6 +160,11 @@ struct gemm {
             for (int k = 0; k < 4; k++) {
                 float2 v = c.state.acc.tiles[0][t].data[k];
                 if constexpr (FP8) v = float2{v.x * scale, v.y * scale};
+                if constexpr (BIAS) {
+                    using pair = typename rt<T_OUT, 16, BN>::T2;
+                    const float2 b = convert<float2>(*reinterpret_cast<const pair *>(bias_row + 16 * t + 8 * (k >> 1)));
+                    v = float2{v.x + b.x, v.y + b.y};
+                }
                 c.state.out.tiles[0][t].data[k] = convert<typename rt<T_OUT, 16, BN>::T2>(v);
             }
         // Pin the converted values here: otherwise the compiler may sink the conversion past the next task's

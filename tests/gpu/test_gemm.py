@@ -178,6 +178,26 @@ def test_linear_ragged_tokens_and_partial_grads(shape, wrt):
         assert mod.weight.grad is None and mod.bias.grad is None
 
 
+@pytest.mark.parametrize("mkn", [(4096, 512, 1024), (1000, 264, 520), (3, 64, 8), (8192, 64, 2056)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "odd_offset"])
+def test_linear_bias_in_the_epilogue(mkn, offset):
+    """The bias is added in the GEMM's epilogue (fp32, before the rounding) for every block configuration
+    (the sizes pick big, small and tiny blocks) and ragged last column blocks; a bias view at an odd element
+    offset is copied first."""
+    m, k, n = mkn
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = (torch.randn(n + offset, device="cuda") * 4).bfloat16()[offset:]
+    fresh_pool_with_nan(m * n)
+    y = torch.ops.tk_ops.linear(x, w, bias)
+    expect = reference.linear(x, w, bias)
+    assert_close(y, expect, BF16_TOL, "x W^T + b")
+    # One rounding: as close to the float64 result as torch's cuBLAS epilogue is.
+    peer = torch.nn.functional.linear(x, w, bias)
+    assert rel_err(y, expect) <= 1.5 * rel_err(peer, expect) + 1e-4
+
+
 def test_linear_double_backward():
     """backward(create_graph=True) goes through the products' own autograd: dX = dY W is differentiable in W.
     With y = x W^T and L = sum(dL/dx) for dY = 1, dL/dW[n, k] = number of tokens."""
