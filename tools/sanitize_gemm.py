@@ -1,5 +1,6 @@
 """Small GEMM calls for compute-sanitizer (memcheck / racecheck / synccheck): every kernel variant once,
-ragged shapes included, so the tools see edge tiles, both block configurations and every operand order."""
+ragged shapes included, so the tools see edge tiles, the block configurations, every operand order and the
+bias epilogue."""
 import torch
 
 import tk_ops
@@ -22,5 +23,14 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
     tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
 # 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store.
 tk_ops.matmul(torch.randn(2048, 64, device="cuda").bfloat16(), torch.randn(4096, 64, device="cuda").bfloat16().t())
+# The bias epilogue (its per-task cp.async into shared memory) in the big and tiny configurations, ragged N; and
+# the Linear backward, whose dW contracts over a token count that is not a multiple of 8.
+for m, n in [(2048, 4104), (200, 136)]:
+    lin = tk_ops.nn.Linear(64, n, device="cuda")
+    x = torch.randn(m - 3, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = lin(x)
+    ref = torch.nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2, (m, n)
+    y.sum().backward()
 torch.cuda.synchronize()
 print("sanitize_gemm: done")
