@@ -1,5 +1,5 @@
 // Torch binding of the GEMM kernels: tk_ops::matmul, tk_ops::linear and tk_ops::scaled_mm (CUDA kernels; the
-// autograd of linear is in linear_autograd.cpp).
+// autograd of linear is in autograd.cpp).
 //
 // The Python wrappers (python/tk_ops/gemm.py) validate arguments with friendly messages first; the checks
 // here are the last line of defence, so that nothing reaching a kernel can fault or write out of bounds.

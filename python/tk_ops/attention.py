@@ -17,16 +17,16 @@ Two custom ops carry the kernels, each with a fake implementation, so they trace
 - ``torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, causal, scale) -> (dQ, dK, dV)``, which
   recomputes the probabilities from LSE; dK and dV are summed over the query heads of each group (GQA).
 
-The autograd formula of ``attention_fwd`` calls ``attention_bwd``. Gradients reach q, k and v only where they
-require them. A gradient flowing into LSE (when the log-sum-exp of ``attention_with_lse`` feeds the loss) is
-exact too; it costs a second backward call (see ``_lse_part``).
+The autograd formula of ``attention_fwd`` calls ``attention_bwd``; it is C++ (kernels/attention/autograd.cpp),
+registered when the extension loads, because a formula registered from Python costs tens of microseconds of
+host time per call. Gradients reach q, k and v only where they require them. A gradient flowing into LSE
+(when the log-sum-exp of ``attention_with_lse`` feeds the loss) is exact too; it costs a second backward call.
 """
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 
 from . import _ext
 from .errors import DTypeError, InputError
@@ -66,53 +66,6 @@ def _attention_fwd_fake(q, k, v, causal, scale):
 def _attention_bwd_fake(q, k, v, o, dout, lse, causal, scale):
     # In the input dtype and memory order: dQ shaped like q, dK and dV like k and v (summed over each GQA group).
     return _empty_like_order(q), _empty_like_order(k), _empty_like_order(v)
-
-
-def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.scale = causal, scale
-    # An output that does not reach the loss (usually LSE) then arrives as None instead of a zero tensor, so
-    # the common case needs neither a data-dependent check (a device sync) nor a second backward call.
-    ctx.set_materialize_grads(False)
-
-
-def _lse_part(q, k, v, lse, grad_lse, causal, scale):
-    """(dQ, dK) of sum_i grad_lse_i * LSE_i, from one more call of the backward kernel.
-
-    dLSE_i/dS_ij = P_ij, so this term adds P_ij * grad_lse_i to dS = P * (dP - delta), where dP = dO V^T and
-    delta_i = rowsum(dO_i * O_i); O enters the backward only through delta. Calling the kernel with
-    O = 0 (delta = 0), V' = e_0 for every key and dO'_i = grad_lse_i * e_0 gives dP'_ij = grad_lse_i, hence
-    dS'_ij = P_ij * grad_lse_i: its dQ' and dK' are exactly this term (its dV' is discarded). grad_lse is
-    divided by its largest magnitude on the way in, and the results multiplied back, so that fp16 neither
-    overflows nor loses small values."""
-    d = q.shape[-1]
-    g = grad_lse.float()
-    m = g.abs().amax().clamp_min(torch.finfo(torch.float32).tiny)
-    dout = F.pad((g / m).to(q.dtype).unsqueeze(-1), (0, d - 1))
-    v_unit = F.pad(q.new_ones((*v.shape[:-1], 1)), (0, d - 1))
-    dq, dk, _ = torch.ops.tk_ops.attention_bwd(q, k, v_unit, torch.zeros_like(dout), dout, lse, causal, scale)
-    return dq.float() * m, dk.float() * m
-
-
-def _attention_backward(ctx, grad_out, grad_lse):
-    q, k, v, o, lse = ctx.saved_tensors
-    causal, scale = ctx.causal, ctx.scale
-    if grad_out is not None:
-        dq, dk, dv = torch.ops.tk_ops.attention_bwd(q, k, v, o, grad_out, lse, causal, scale)
-    else:
-        dq = dk = None
-        dv = torch.zeros_like(v, memory_format=torch.contiguous_format)
-    if grad_lse is not None and grad_lse.numel() > 0:
-        lq, lk = _lse_part(q, k, v, lse, grad_lse, causal, scale)
-        dq = (lq if dq is None else dq.float() + lq).to(q.dtype)
-        dk = (lk if dk is None else dk.float() + lk).to(k.dtype)
-    need_q, need_k, need_v = ctx.needs_input_grad[:3]
-    return dq if need_q else None, dk if need_k else None, dv if need_v else None, None, None
-
-
-torch.library.register_autograd("tk_ops::attention_fwd", _attention_backward, setup_context=_attention_setup)
 
 
 def _tma_readable(t: torch.Tensor) -> bool:

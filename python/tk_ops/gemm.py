@@ -1,10 +1,11 @@
 """Matrix multiplication on Hopper tensor cores: bf16 ``matmul`` and fp8 ``scaled_mm``.
 
 Both are torch custom ops (``torch.ops.tk_ops.matmul`` / ``scaled_mm``) with fake implementations, so
-they trace under ``torch.compile(fullgraph=True)`` and capture into CUDA graphs; ``matmul`` has an
-autograd formula whose two products run on the same kernels. A third op, ``torch.ops.tk_ops.linear(x,
-weight, bias)`` (what :class:`tk_ops.nn.Linear` calls), has its autograd formula in C++
-(kernels/gemm/linear_autograd.cpp), registered when the extension loads: a training step calls it often.
+they trace under ``torch.compile(fullgraph=True)`` and capture into CUDA graphs. A third op,
+``torch.ops.tk_ops.linear(x, weight, bias)``, is what :class:`tk_ops.nn.Linear` calls. ``matmul`` and
+``linear`` are differentiable, their products on the same kernels; the autograd formulas are C++
+(kernels/gemm/autograd.cpp), registered when the extension loads, because a training step calls them often
+and a formula registered from Python costs more host time per call than a small GEMM takes.
 """
 from __future__ import annotations
 
@@ -32,33 +33,6 @@ def _linear_fake(x, weight, bias):
 @torch.library.register_fake("tk_ops::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
-
-
-def _matmul_setup(ctx, inputs, output):
-    a, b = inputs
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
-
-
-def _matmul_any_k(a, b):
-    """The op for a contraction length that may break the 8-element rule (dB = A^T @ dC contracts over M,
-    which is any size): zero-padding K changes no product, so pad it when needed."""
-    pad = -a.shape[1] % 8
-    if pad:
-        a = torch.nn.functional.pad(a, (0, pad))
-        b = torch.nn.functional.pad(b, (0, 0, 0, pad))
-    return torch.ops.tk_ops.matmul(a, b)
-
-
-def _matmul_backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    # dA = dC @ B^T and dB = A^T @ dC: the transposed views go to the kernel as they are (it reads either
-    # memory order), so no copies are made unless M needs padding.
-    grad_a = torch.ops.tk_ops.matmul(grad, b.t()) if ctx.needs_input_grad[0] else None
-    grad_b = _matmul_any_k(a.t(), grad) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b
-
-
-torch.library.register_autograd("tk_ops::matmul", _matmul_backward, setup_context=_matmul_setup)
 
 
 def _check_operands(name: str, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, k_multiple: int) -> None:

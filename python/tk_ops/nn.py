@@ -11,7 +11,7 @@ __all__ = ["Linear", "Attention"]
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # One op, forward and backward in C++ (kernels/gemm/linear_autograd.cpp): a Python autograd formula would
+    # One op, forward and backward in C++ (kernels/gemm/autograd.cpp): a Python autograd formula would
     # cost more host time per call than the GEMM itself at small sizes, and dW comes out in the weight's own
     # layout, so nothing is copied between the GEMMs and the optimizer.
     _ext.check_device(x=x, weight=weight, bias=bias)

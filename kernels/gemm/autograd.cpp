@@ -1,7 +1,9 @@
-// Autograd of tk_ops::linear, in C++: a training step calls Linear dozens of times, and an autograd formula
-// registered from Python costs ~30 us of host time per call where this costs what a built-in op does.
+// Autograd of tk_ops::matmul and tk_ops::linear, in C++: a training step calls them dozens of times, and an
+// autograd formula registered from Python costs ~30 us of host time per call (even inside a compiled backward
+// graph, where every op call still passes the Autograd key) where this costs what a built-in op does.
 //
-// Forward: y = x W^T (+ b). Backward, on the same GEMM kernels:
+// matmul: C = A B;  dA = dC B^T,  dB = A^T dC  (transposed views: the kernel reads either memory order).
+// linear: y = x W^T (+ b). Backward, on the same GEMM kernels:
 //   dX = dY W          (B = W read in place: its rows are the contraction)
 //   dW = dY^T X        (both operands read in place; the result lands in W's own (N, K) layout, so autograd
 //                       accumulates it without a transposing copy; any number of tokens, no padding)
@@ -36,6 +38,26 @@ at::Tensor call_matmul(const at::Tensor &a, const at::Tensor &b) {
 // (..., F) -> (tokens, F)
 at::Tensor token_rows(const at::Tensor &t) { return t.dim() == 1 ? t.unsqueeze(0) : t.flatten(0, -2); }
 
+struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
+    static at::Tensor forward(AutogradContext *ctx, const at::Tensor &a, const at::Tensor &b) {
+        ctx->save_for_backward({b.requires_grad() ? a : at::Tensor(), a.requires_grad() ? b : at::Tensor()});
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        return call_matmul(a, b);
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        const variable_list saved = ctx->get_saved_variables();
+        // Gradients of gradients (backward with create_graph=True) need the products' own autograd; a plain
+        // backward skips it.
+        std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+        if (!at::GradMode::is_enabled()) below_autograd.emplace();
+        at::Tensor da, db;
+        if (ctx->needs_input_grad(0)) da = call_matmul(grads[0], saved[1].t());
+        if (ctx->needs_input_grad(1)) db = call_matmul(saved[0].t(), grads[0]);
+        return {da, db};
+    }
+};
+
 struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, const at::Tensor &weight,
                               const std::optional<at::Tensor> &bias) {
@@ -52,7 +74,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const at::Tensor &x = saved[0], &weight = saved[1];
         const bool has_bias = ctx->saved_data["has_bias"].toBool();
         // Gradients of gradients (backward with create_graph=True) need the products' own autograd; a plain
-        // backward skips it, and with it the Python-registered formula of matmul.
+        // backward skips it.
         std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
         if (!at::GradMode::is_enabled()) below_autograd.emplace();
         const at::Tensor dy = token_rows(grads[0]);
@@ -68,10 +90,15 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     }
 };
 
+at::Tensor matmul_autograd(const at::Tensor &a, const at::Tensor &b) { return MatmulFunction::apply(a, b); }
+
 at::Tensor linear_autograd(const at::Tensor &x, const at::Tensor &weight, const std::optional<at::Tensor> &bias) {
     return LinearFunction::apply(x, weight, bias);
 }
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) { m.impl("linear", &linear_autograd); }
+TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) {
+    m.impl("matmul", &matmul_autograd);
+    m.impl("linear", &linear_autograd);
+}
