@@ -43,10 +43,10 @@ config pick(int M, int N, int K) {
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
     if (2 * small<major::k, major::k>::num_tasks(M, N) <= sms) return config::tiny;
     if (2 * big<major::k, major::k>::num_tasks(M, N) <= sms) return config::small;
-    // Short K with an output larger than L2: the streamed-out C would evict the operand panels (measured:
-    // 8192x8192x256 +5-8%; no gain at 4096x4096x256, a 1-2% loss at 8192^3, so only here).
-    const double c_bytes = double(M) * N * sizeof(bf16);
-    if (K <= 512 && c_bytes > double(device_attribute(cudaDevAttrL2CacheSize, 50 << 20))) return config::hinted;
+    // Short K: the streamed-out C would evict the operand panels the other blocks are about to read (measured,
+    // tools/gemm_sweep.py: 8192x8192x256 +5-8%, 4096x4096x256 +3%, 4096x4096x512 +2%; at 8192^3 the hints cost
+    // 1-2%, so long K keeps the plain configuration).
+    if (K <= 512) return config::hinted;
     return config::big;
 }
 
