@@ -84,11 +84,27 @@ tk_attention::dtype kernel_type(const at::Tensor &t) {
     return t.scalar_type() == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;
 }
 
+// The fields the forward and backward problems share: q, k, v as the kernels read them, and the sizes.
+template <typename Problem>
+void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal, double scale) {
+    p.q = view_of(q);
+    p.k = view_of(k);
+    p.v = view_of(v);
+    p.batch = int(q.size(0));
+    p.q_heads = int(q.size(1));
+    p.kv_heads = int(k.size(1));
+    p.q_len = int(q.size(2));
+    p.kv_len = int(k.size(2));
+    p.head_dim = int(q.size(3));
+    p.causal = causal;
+    p.scale = float(scale);
+    p.type = kernel_type(q);
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
                                                  bool causal, double scale) {
     check_qkv(q_in, k_in, v_in);
-    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), D = q_in.size(3);
-    const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Nk = k_in.size(2);
 
     const c10::cuda::CUDAGuard guard(q_in.device());
     at::Tensor o = empty_like_order(q_in, q_in.scalar_type());
@@ -114,20 +130,9 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
     require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
 
     tk_attention::fwd_problem p{};
-    p.q = view_of(q);
-    p.k = view_of(k);
-    p.v = view_of(v);
+    describe_inputs(p, q, k, v, causal, scale);
     p.o = out_of(o);
     p.lse = lse.data_ptr<float>();
-    p.batch = int(B);
-    p.q_heads = int(Hq);
-    p.kv_heads = int(Hk);
-    p.q_len = int(Nq);
-    p.kv_len = int(Nk);
-    p.head_dim = int(D);
-    p.causal = causal;
-    p.scale = float(scale);
-    p.type = kernel_type(q);
     const cudaError_t e = tk_attention::forward(p, at::cuda::getCurrentCUDAStream());
     require(e == cudaSuccess, "tk_ops.attention kernel failed: ", cudaGetErrorString(e));
     return {o, lse};
@@ -140,8 +145,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
                                                              const at::Tensor &dout_in, const at::Tensor &lse_in,
                                                              bool causal, double scale) {
     check_qkv(q_in, k_in, v_in);
-    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), D = q_in.size(3);
-    const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Nk = k_in.size(2);
     require(o_in.is_cuda() && dout_in.is_cuda() && lse_in.is_cuda() && o_in.device() == q_in.device() &&
                 dout_in.device() == q_in.device() && lse_in.device() == q_in.device(),
             "tk_ops.attention backward: o, dout and lse must be CUDA tensors on q's device");
@@ -171,9 +175,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     at::Tensor dq_accum = empty_like_order(q_in, at::kFloat).zero_();
 
     tk_attention::bwd_problem p{};
-    p.q = view_of(q);
-    p.k = view_of(k);
-    p.v = view_of(v);
+    describe_inputs(p, q, k, v, causal, scale);
     p.o = view_of(o);
     p.dout = view_of(dout);
     p.lse = lse.data_ptr<float>();
@@ -182,15 +184,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     p.dq_accum = out_of(dq_accum);
     p.dk = out_of(dk);
     p.dv = out_of(dv);
-    p.batch = int(B);
-    p.q_heads = int(Hq);
-    p.kv_heads = int(Hk);
-    p.q_len = int(Nq);
-    p.kv_len = int(Nk);
-    p.head_dim = int(D);
-    p.causal = causal;
-    p.scale = float(scale);
-    p.type = kernel_type(q);
     const cudaError_t e = tk_attention::backward(p, at::cuda::getCurrentCUDAStream());
     require(e == cudaSuccess, "tk_ops.attention backward kernel failed: ", cudaGetErrorString(e));
     dq.copy_(dq_accum);
