@@ -1,6 +1,6 @@
 """Small GEMM calls for compute-sanitizer (memcheck / racecheck / synccheck): every kernel variant once,
-ragged shapes included, so the tools see edge tiles, the block configurations, every operand order and the
-bias epilogue."""
+ragged shapes included, so the tools see edge tiles, the block configurations, every operand order, the
+bias epilogue and split-K."""
 import torch
 
 import tk_ops
@@ -23,6 +23,10 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
     tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
 # 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store.
 tk_ops.matmul(torch.randn(2048, 64, device="cuda").bfloat16(), torch.randn(4096, 64, device="cuda").bfloat16().t())
+# Split-K: a small output over a long, ragged contraction (fp32 partial sums added by TMA).
+a, b = torch.randn(5000, 200, device="cuda").bfloat16().t(), torch.randn(5000, 136, device="cuda").bfloat16()
+out = tk_ops.matmul(a, b)
+assert ((out.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item() < 1e-2
 # The bias epilogue (its per-task cp.async into shared memory) in the big and tiny configurations, ragged N; and
 # the Linear backward, whose dW contracts over a token count that is not a multiple of 8.
 for m, n in [(2048, 4104), (200, 136)]:

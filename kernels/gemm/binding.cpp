@@ -4,6 +4,7 @@
 // The Python wrappers (python/tk_ops/gemm.py) validate arguments with friendly messages first; the checks
 // here are the last line of defence, so that nothing reaching a kernel can fault or write out of bounds.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -70,6 +71,16 @@ at::Tensor matmul_bias(const at::Tensor &a_in, const at::Tensor &b_in, const at:
     at::Tensor a = a_in, b = b_in;
     const bool a_kmajor = tma_order(a, "a");   // (M, K) row-major, else (K, M) row-major
     const bool b_rowmajor = tma_order(b, "b"); // (K, N) row-major, else (N, K) row-major
+    // Small outputs over long contractions: fp32 partial sums of several K ranges, added in a run-to-run
+    // varying order, so not under torch.use_deterministic_algorithms.
+    const int splits = bias || at::globalContext().deterministicAlgorithms() ? 1 : tk_gemm::matmul_bf16_splits(int(M), int(N), int(K));
+    if (splits > 1) {
+        at::Tensor partial = at::zeros({M, N}, out.options().dtype(at::kFloat));
+        check_cuda(tk_gemm::matmul_bf16_split_k(a.data_ptr(), a_kmajor, b.data_ptr(), !b_rowmajor, partial.data_ptr<float>(),
+                                                int(M), int(N), int(K), splits, at::cuda::getCurrentCUDAStream()),
+                   "tk_ops.matmul split-K kernel");
+        return out.copy_(partial);
+    }
     // The bias epilogue exists for the nn.Linear layout (both operands K-major); other layouts add it after.
     const bool fused = bias && a_kmajor && !b_rowmajor;
     check_cuda(tk_gemm::matmul_bf16(a.data_ptr(), a_kmajor, b.data_ptr(), !b_rowmajor, out.data_ptr(), int(M), int(N),

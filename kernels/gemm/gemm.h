@@ -17,6 +17,13 @@ enum class out_dtype { bf16, fp16, fp32 };
 cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
                         cudaStream_t stream, const void *bias = nullptr);
 
+// Split-K for outputs too small to occupy the GPU: how many contraction ranges (1: do not split), and the
+// product itself, each range's fp32 partial sum added into C (M x N fp32, row-major, zeroed by the caller) in an
+// order that varies from run to run. Operand conventions as matmul_bf16.
+int matmul_bf16_splits(int M, int N, int K);
+cudaError_t matmul_bf16_split_k(const void *a, bool a_kmajor, const void *b, bool b_kmajor, float *c, int M, int N, int K,
+                                int splits, cudaStream_t stream);
+
 // C (M x N, row-major, `out`) = (A * scale_a) @ (B * scale_b) with A (M, K) e4m3 row-major, B (N, K) e4m3
 // row-major, per-tensor fp32 scales in device memory. Requires K % 16 == 0 and N % 8 == 0.
 cudaError_t scaled_mm_e4m3(const void *a, const void *b, const float *scale_a, const float *scale_b, void *c,

@@ -31,6 +31,9 @@ int device_attribute(cudaDeviceAttr attr, int fallback) {
 // 128 x 128 blocks.
 template <major AM, major BM_, bool BIAS = false> using tiny = gemm<bf16, bf16, AM, BM_, 128, 6, 128, false, 1, 16, BIAS>;
 
+// The tiny blocks with an fp32 output that each task adds its partial sum into (split-K).
+template <major AM, major BM_> using split = gemm<bf16, float, AM, BM_, 128, 6, 128, false, 1, 16, false, true>;
+
 enum class config { big, hinted, small, tiny };
 
 // TK_OPS_GEMM_CONFIG=big|hinted|small|tiny forces a configuration (for tuning); by default the shape decides.
@@ -61,6 +64,27 @@ cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cuda
 }
 
 } // namespace
+
+// A contraction at least 16 K-slices long per range, over as many ranges as give every SM a block, when even
+// the tiny blocks leave half the SMs idle (the weight gradient of a small Linear over many tokens: 512 x 512
+// over 8192 tokens is 32 tiny blocks).
+int matmul_bf16_splits(int M, int N, int K) {
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
+    const int tiles = split<major::k, major::k>::num_tasks(M, N);
+    const int k_iters = (K + split<major::k, major::k>::BK - 1) / split<major::k, major::k>::BK;
+    if (2 * tiles > sms || k_iters < 32) return 1;
+    const int by_sms = sms / tiles, by_length = k_iters / 16;
+    const int splits = by_sms < by_length ? by_sms : by_length;
+    return splits > 1 ? splits : 1;
+}
+
+cudaError_t matmul_bf16_split_k(const void *a, bool a_kmajor, const void *b, bool b_kmajor, float *c, int M, int N, int K,
+                                int splits, cudaStream_t stream) {
+    if (a_kmajor && b_kmajor) return launch_gemm<split<major::k, major::k>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
+    if (a_kmajor) return launch_gemm<split<major::k, major::mn>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
+    if (b_kmajor) return launch_gemm<split<major::mn, major::k>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
+    return launch_gemm<split<major::mn, major::mn>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
+}
 
 cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
                         cudaStream_t stream, const void *bias) {

@@ -25,11 +25,15 @@ enum class major { k, mn };
 // BIAS: C = A @ B + bias, a row vector of N values added in fp32 before the one rounding to T_OUT, as a fused
 // GEMM epilogue does (nn.Linear). Its BN values per task go to shared memory, which costs the big configuration
 // half of its epilogue buffer: give it C_PIECE = 32 there.
+// SPLIT_K: for outputs too small to give every SM a block, the contraction is cut into g.splits ranges of
+// g.k_per_split iterations; each task adds its fp32 partial block into C (T_OUT = float, zeroed by the host)
+// with a TMA reduce-add.
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
-          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false>
+          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false, bool SPLIT_K = false>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
+    static_assert(!SPLIT_K || (std::same_as<T_OUT, float> && !BIAS), "split-K adds fp32 partial sums, without a bias");
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
     static constexpr int NUM_CONSUMERS = CONSUMERS, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
@@ -55,6 +59,7 @@ struct gemm {
         b_gl b;
         c_gl c;
         int tiles_m, tiles_n, k_iters;
+        int splits, k_per_split;        // contraction ranges (1 and k_iters unless SPLIT_K)
         const float *scale_a, *scale_b; // per-tensor scales (fp8); null means 1
         bias_gl bias;                   // (N) added to every row of C when BIAS
     };
@@ -74,22 +79,26 @@ struct gemm {
         rt<T_OUT, 16, BN> out; // the finished block, waiting for store()
     };
     struct task {
-        int m, n, iters;
+        int m, n, k0, iters; // k0: the first K-slice of this task's contraction range
     };
 
     static int num_tasks(int M, int N) { return ((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
 
     // Bands of SUPER_M block-rows walked column by column: the blocks running at one moment share a few
-    // A row-panels and B column-panels, which then stay in L2.
+    // A row-panels and B column-panels, which then stay in L2. Split-K repeats the walk once per range.
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
-        if (id >= g.tiles_m * g.tiles_n) return false;
+        const int tiles = g.tiles_m * g.tiles_n;
+        if (id >= tiles * g.splits) return false;
+        const int split = id / tiles;
+        id -= split * tiles;
         int band = id / (SUPER_M * g.tiles_n);
         int first_m = band * SUPER_M;
         int rows = min(SUPER_M, g.tiles_m - first_m);
         int in_band = id - band * SUPER_M * g.tiles_n;
         t.m = first_m + in_band % rows;
         t.n = in_band / rows;
-        t.iters = g.k_iters;
+        t.k0 = split * g.k_per_split;
+        t.iters = min(g.k_per_split, g.k_iters - t.k0);
         return true;
     }
 
@@ -99,12 +108,13 @@ struct gemm {
             if constexpr (L2_HINTS) tma::load_async(dst, src, idx, p.arrived, tma::l2::evict_last);
             else tma::load_async(dst, src, idx, p.arrived);
         };
+        const int k = p.task.k0 + p.iter;
         for (int c = 0; c < NUM_CONSUMERS; c++) {
-            if constexpr (A_MAJOR == major::k) load(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, p.iter});
-            else load(p.input.a[c], p.g.a, {p.iter, p.task.m * NUM_CONSUMERS + c});
+            if constexpr (A_MAJOR == major::k) load(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, k});
+            else load(p.input.a[c], p.g.a, {k, p.task.m * NUM_CONSUMERS + c});
         }
-        if constexpr (B_MAJOR == major::k) load(p.input.b, p.g.b, {p.task.n, p.iter});
-        else load(p.input.b, p.g.b, {p.iter, p.task.n});
+        if constexpr (B_MAJOR == major::k) load(p.input.b, p.g.b, {p.task.n, k});
+        else load(p.input.b, p.g.b, {k, p.task.n});
     }
 
     // The task's bias slice goes to shared memory by cp.async, which needs no registers (the accumulators
@@ -191,7 +201,8 @@ struct gemm {
             warpgroup::sync(c.consumer + 1);
             if (leader) {
                 const coord at{c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * PIECES + j};
-                if constexpr (L2_HINTS) tma::store_async(c.g.c, buf, at, tma::l2::evict_first);
+                if constexpr (SPLIT_K) tma::store_add_async(c.g.c, buf, at);
+                else if constexpr (L2_HINTS) tma::store_async(c.g.c, buf, at, tma::l2::evict_first);
                 else tma::store_async(c.g.c, buf, at);
                 tma::store_commit_group();
             }

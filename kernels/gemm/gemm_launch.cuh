@@ -8,7 +8,7 @@ namespace tk_gemm {
 
 template <typename G>
 cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int K, const float *scale_a,
-                        const float *scale_b, cudaStream_t stream, const void *bias = nullptr) {
+                        const float *scale_b, cudaStream_t stream, const void *bias = nullptr, int splits = 1) {
     using TI = typename G::a_gl::T;
     using TO = typename G::c_gl::T;
     static tk_kernels::globals_cache<typename G::globals> cache;
@@ -21,11 +21,14 @@ cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int
         typename G::b_gl gb = G::B_KMAJOR ? typename G::b_gl(pb, 1, 1, N, K) : typename G::b_gl(pb, 1, 1, K, N);
         typename G::c_gl gc(reinterpret_cast<TO *>(c), 1, 1, M, N);
         return typename G::globals{ga, gb, gc, (M + G::BM - 1) / G::BM, (N + G::BLOCK_N - 1) / G::BLOCK_N,
-                                   (K + G::BK - 1) / G::BK, scale_a, scale_b,
+                                   (K + G::BK - 1) / G::BK, 1, (K + G::BK - 1) / G::BK, scale_a, scale_b,
                                    typename G::bias_gl(nullptr, 1, 1, 1, N)};
     });
-    g.bias.raw_ptr = static_cast<TO *>(const_cast<void *>(bias)); // no TMA map encodes it: set per call
-    return kittens::lcsf::launch<G>(g, g.tiles_m * g.tiles_n, stream);
+    g.bias.raw_ptr = static_cast<TO *>(const_cast<void *>(bias)); // no TMA map encodes these: set per call
+    // Contraction ranges of whole K-slices, none empty.
+    g.k_per_split = (g.k_iters + splits - 1) / splits;
+    g.splits = (g.k_iters + g.k_per_split - 1) / g.k_per_split;
+    return kittens::lcsf::launch<G>(g, g.tiles_m * g.tiles_n * g.splits, stream);
 }
 
 } // namespace tk_gemm

@@ -150,6 +150,38 @@ def test_linear_forward_backward(bias):
         assert_close(mod.bias.grad, g64.sum(0), BF16_TOL, "db")
 
 
+SPLIT_K_SHAPES = [(512, 512, 8192), (200, 136, 5000), (64, 256, 2056), (8, 8, 16384)]
+
+
+@pytest.mark.parametrize("mnk", SPLIT_K_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a_t", [False, True], ids=["a_row", "a_t"])
+def test_matmul_split_k(mnk, a_t):
+    """Outputs too small to occupy the GPU over long contractions (a weight gradient over many tokens) take
+    the split-K kernel: fp32 partial sums of K ranges (ragged last range included) added into the output."""
+    m, n, k = mnk
+    a, b = make_operand(m, k, a_t), make_operand(k, n, False)
+    fresh_pool_with_nan(m * n * 2, torch.float32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = tk_ops.matmul(a, b)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any("gemm<__nv_bfloat16, float" in name for name in names), names  # the split-K kernel ran
+    assert_close(out, a.double() @ b.double(), BF16_TOL, "split-K")
+
+
+def test_matmul_split_k_steps_aside_for_deterministic_algorithms():
+    """Split-K adds its partial sums in a varying order; under torch.use_deterministic_algorithms the plain
+    kernel runs instead, and repeated calls agree bit for bit."""
+    a, b = make_operand(512, 8192, True), make_operand(8192, 512, False)
+    torch.use_deterministic_algorithms(True)
+    try:
+        first, second = tk_ops.matmul(a, b), tk_ops.matmul(a, b)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(first, second)
+    assert_close(first, a.double() @ b.double(), BF16_TOL, "deterministic")
+
+
 @pytest.mark.parametrize("shape", [(3, 333, 64), (64,), (1, 64), (1000, 64)], ids=str)
 @pytest.mark.parametrize("wrt", ["x", "w", "xw"])
 def test_linear_ragged_tokens_and_partial_grads(shape, wrt):
