@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import train_gpt  # noqa: E402
 
 import tk_ops  # noqa: E402
-from tk_ops.bench.core import rotation_count, tensor_bytes, time_calls  # noqa: E402
+from tk_ops.bench.core import kernel_times, rotation_count, tensor_bytes, time_calls  # noqa: E402
 
 
 def gemm_shapes(args):
@@ -52,23 +52,11 @@ def kernel_profile(args, use_tk: bool, steps: int = 5):
         loss.backward()
         opt.step()
 
-    for i in range(10):
-        step(i)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for i in range(10, 10 + steps):
-            step(i)
-        torch.cuda.synchronize()
-    per_kernel = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            t = per_kernel.setdefault(e.name[:100], [0.0, 0])
-            t[0] += e.device_time_total
-            t[1] += 1
+    per_kernel = kernel_times(step, steps, warmup=10)
     total = sum(t for t, _ in per_kernel.values())
-    print(f"\n{'tk_ops' if use_tk else 'torch'}: GPU kernel time per step {total / steps / 1e3:.2f} ms")
-    for name, (t, n) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:20]:
-        print(f"  {t / steps:8.1f} us/step  x{n // steps:3d}  {name}")
+    print(f"\n{'tk_ops' if use_tk else 'torch'}: GPU kernel time per step {total / 1e3:.2f} ms")
+    for name, (t, n) in list(per_kernel.items())[:20]:
+        print(f"  {t:8.1f} us/step  x{n:3d}  {name[:100]}")
 
 
 def main():

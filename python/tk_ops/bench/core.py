@@ -119,6 +119,26 @@ def time_calls(fn: Callable, arg_sets: Sequence[tuple], reps: int, warmup: int) 
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def kernel_times(fn: Callable[[int], Any], calls: int, warmup: int = 3) -> dict[str, tuple[float, int]]:
+    """GPU time per call of each kernel that ``fn(i)`` launches, from torch.profiler over ``calls`` calls after
+    ``warmup`` unprofiled ones: {kernel name: (microseconds per call, launches per call)}, largest first."""
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(warmup, warmup + calls):
+            fn(i)
+        torch.cuda.synchronize()
+    totals: dict[str, list] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            t = totals.setdefault(e.name, [0.0, 0])
+            t[0] += e.device_time_total
+            t[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    return {name: (t / calls, n // calls) for name, (t, n) in ranked}
+
+
 def rel_error(out, ref) -> float:
     """||out - ref|| / ||ref|| over all tensors of (possibly tuple) outputs. The difference is taken
     in float32 (enough for a sanity check, and half the memory of float64 on 16384^2 outputs)."""
