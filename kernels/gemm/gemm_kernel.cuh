@@ -4,8 +4,8 @@
 // shared-memory ring with TMA; each consumer warpgroup owns 64 rows and runs wgmma straight from the
 // swizzled tiles, keeping one stage's wgmma group in flight while it waits for the next stage.
 // At the end of a task the accumulators are converted to the output type in registers (finish); the block is
-// written out (store: shared tile, then TMA) only after the next task's first wgmma has been issued, so the
-// tensor cores keep working through the epilogue.
+// written out (store: shared tile, then TMA) in pieces, one after each of the next task's first wgmma issues,
+// so the tensor cores keep working through the epilogue.
 //
 // Operands may sit in memory either way round ("K-major": K is the contiguous axis, as in an (M, K)
 // row-major A or an nn.Linear weight (N, K); "MN-major": the other way). wgmma reads both from shared
@@ -47,7 +47,7 @@ struct gemm {
 
     using a_tile = std::conditional_t<A_MAJOR == major::k, st<T_IN, 64, BK>, st<T_IN, BK, 64>>;
     using b_tile = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, BK>, st<T_IN, BK, BN>>;
-    using c_tile = st<T_OUT, 64, C_COLS>;
+    using c_tile = st<T_OUT, 16, C_COLS>; // one warp's rows of an epilogue piece: each warp stores its own
     using a_gl = gl<T_IN, 1, 1, -1, -1, a_tile>;
     using b_gl = gl<T_IN, 1, 1, -1, -1, b_tile>;
     using c_gl = gl<T_OUT, 1, 1, -1, -1, c_tile>;
@@ -68,7 +68,7 @@ struct gemm {
         b_tile b;
     };
     struct plain_output {
-        c_tile c[NUM_CONSUMERS][C_BUFFERS];
+        c_tile c[NUM_CONSUMERS][C_BUFFERS][WARPGROUP_WARPS];
     };
     struct biased_output : plain_output {
         bias_vec bias[NUM_CONSUMERS]; // the task's BN bias values, one copy per consumer
@@ -185,22 +185,28 @@ struct gemm {
         for (int w = 0; w < int(sizeof(c.state.out) / 4); w++) asm volatile("" : "+r"(words[w])::"memory");
     }
 
-    // The finished block -> shared memory -> global memory, C_COLS columns at a time.
-    __device__ static inline void store(lcsf::consumer_args<gemm> &c) {
-        const bool leader = warpgroup::laneid() == 0;
+    // The finished block -> shared memory -> global memory, C_COLS columns at a time: pieces [first, last) of it.
+    // Each warp moves its own 16 rows (stmatrix, then a TMA store it issues and waits for itself), so no barrier
+    // across the warpgroup holds a piece up: measured, the two warpgroup barriers per piece cost more than the
+    // shared-memory writes and the TMA issue together.
+    static constexpr int STORE_PIECES = PIECES;
+    __device__ static inline void store(lcsf::consumer_args<gemm> &c, int first, int last) {
+        const int w = warpgroup::warpid();
+        const bool leader = laneid() == 0;
         rt<T_OUT, 16, C_COLS> piece;
 #pragma unroll
         for (int j = 0; j < PIECES; j++) {
-            c_tile &buf = c.output.c[c.consumer][j % C_BUFFERS];
-            if (leader) tma::store_async_read_wait<C_BUFFERS - 1>(); // the store that last used `buf` has read it
-            warpgroup::sync(c.consumer + 1);
+            if (j < first || j >= last) continue; // j stays a compile-time index into the stash
+            c_tile &buf = c.output.c[c.consumer][j % C_BUFFERS][w];
+            if (leader) tma::store_async_read_wait<C_BUFFERS - 1>(); // this warp's store that last used `buf` has read it
+            __syncwarp();
 #pragma unroll
             for (int t = 0; t < C_COLS / 16; t++) piece.tiles[0][t] = c.state.out.tiles[0][j * (C_COLS / 16) + t];
-            warpgroup::store(buf, piece);
+            kittens::store(buf, piece);
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // generic writes -> TMA reads
-            warpgroup::sync(c.consumer + 1);
+            __syncwarp();
             if (leader) {
-                const coord at{c.task.m * NUM_CONSUMERS + c.consumer, c.task.n * PIECES + j};
+                const coord at{(c.task.m * NUM_CONSUMERS + c.consumer) * WARPGROUP_WARPS + w, c.task.n * PIECES + j};
                 if constexpr (SPLIT_K) tma::store_add_async(c.g.c, buf, at);
                 else if constexpr (L2_HINTS) tma::store_async(c.g.c, buf, at, tma::l2::evict_first);
                 else tma::store_async(c.g.c, buf, at);
