@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the whole project: install exactly as the README says (timed), run the full test
-# suite (library unit tests included, their build timed inside pytest), then compute-sanitizer on the GEMM.
+# suite (library unit tests included, their build timed inside pytest), then compute-sanitizer on the GEMM and
+# the attention kernels.
 set -uo pipefail
 OUT=${OUT:-/tmp/tk_out}; mkdir -p "$OUT"
 export MAX_JOBS=16 PYTHONUNBUFFERED=1
@@ -11,9 +12,12 @@ python3 -c "from tests.gpu import tklib; import time; t=time.time(); tklib.build
 python3 -m pytest tests/ -q -p no:cacheprovider -ra ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1; echo "pytest exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
 if [ -n "${SANITIZE:-}" ]; then
-  for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_gemm.py > "$OUT/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+  for script in gemm attention; do
+    for tool in memcheck racecheck synccheck; do
+      log="$OUT/sanitize_${script}_$tool.log"
+      compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_$script.py > "$log" 2>&1
+      echo "compute-sanitizer $script $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+    done
   done
 fi
 for family in ${BENCH:-}; do

@@ -36,7 +36,8 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
     static constexpr int INPUT_STAGES = D == 64 ? 3 : 2;
     // 3 fat consumers + a producer that only issues TMA: (3 * 160 + 24) * 128 registers fit the 64K file.
     // (ptxas reports the 128 per thread that 512 threads allow at entry; this code fits them without spills.)
-    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 160;
+    static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 160;
+    static constexpr bool DYNAMIC_TASKS = true;
 
     using q_tile = st<T, Q_ROWS, D>;
     using kv_tile = st<T, KV, D>;
@@ -50,7 +51,8 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         float *lse; // (batch, q_heads, q_len), contiguous
         int q_heads, group; // group: query heads per kv head (GQA)
         int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
-        int heads_per_group; // non-causal task order: see get_task
+        int heads_per_group; // task order: see get_task
+        int *task_counter;   // LCSF's dynamic schedule: zero at launch
         float scale_log2; // softmax scale * log2(e), > 0 (the host folds other signs into q)
     };
     struct input_block {
@@ -69,39 +71,27 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         int id, b, h, q_block, iters;
     };
 
-    // Block x runs tasks x, x + grid, x + 2 grid, ... (LCSF's static schedule); every other round of `grid`
-    // tasks is walked backwards (serpentine), so a block that drew a heavy task in one round draws a light one
-    // in the next. Non-causal: heads go in groups of `heads_per_group` (as many as keep their K and V within
-    // about half of L2, set by the host); inside a group, by query block, then by head, so the tasks running
-    // at one moment are a few query blocks of a few heads streaming the same K/V tiles (and the query heads of
-    // one kv head run back to back). This measured 0.82-0.99x cuDNN at D = 128 where a plain head-by-head
-    // order (each head's query blocks adjacent) measured 0.71-0.89x. Causal: tasks sorted by
-    // weight, heaviest first: every head's last query block, then every head's second to last, and so on;
-    // with the serpentine each block's total lands within a few percent of the mean, where a head-by-head
-    // order left some blocks with 1.3-1.9x the mean at N = 8K-16K. (The tasks running together are then a few
-    // query blocks of every head, walking each head's K/V from the start in near lockstep: L2 still serves
-    // most of the re-reads.)
+    // Tasks are drawn dynamically (LCSF's DYNAMIC_TASKS): each block takes the next id when it starts a task, so
+    // the id order below is the order in which tasks start, and blocks that drew short tasks take more.
+    // Heads go in groups of `heads_per_group`, as many as keep their K and V within about a quarter of L2 (set
+    // by the host); inside a group, by query block from the last, then by head. So the tasks running at one
+    // moment are a few query blocks of a few heads streaming the same K/V tiles (and the query heads of one kv
+    // head run back to back), and causal tasks start heaviest first within each group, which keeps the blocks'
+    // loads even at the end of the grid.
+    // Measured (H100, causal, D = 128, B = 16384 / N, 16 heads), against all heads in one group with a static
+    // round-robin schedule: N = 1024 249 -> 192 us with 12 MB groups (the one-group order walked 64 MB of K/V at
+    // once, past L2); but statically scheduled 12 MB groups lost 60% at N = 8K-16K, where the uneven per-block
+    // loads that the dynamic draw removes dominated.
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
-        const int grid = gridDim.x, round = id / grid;
-        int slot = id - round * grid;
-        if (round & 1) slot = min(grid, g.num_tasks - round * grid) - 1 - slot;
-        const int order = round * grid + slot;
-        int bh, qb;
-        if constexpr (CAUSAL) {
-            const int heads = g.num_tasks / g.q_blocks;
-            const int level = order / heads;
-            bh = order - level * heads;
-            qb = g.q_blocks - 1 - level;
-        } else {
-            const int group_tasks = g.heads_per_group * g.q_blocks;
-            const int group = order / group_tasks;
-            const int in_group = order - group * group_tasks;
-            const int total_heads = g.num_tasks / g.q_blocks;
-            const int heads = min(g.heads_per_group, total_heads - group * g.heads_per_group); // the last group may be short
-            qb = g.q_blocks - 1 - in_group / heads;
-            bh = group * g.heads_per_group + in_group % heads;
-        }
+        const int order = id;
+        const int group_tasks = g.heads_per_group * g.q_blocks;
+        const int group = order / group_tasks;
+        const int in_group = order - group * group_tasks;
+        const int total_heads = g.num_tasks / g.q_blocks;
+        const int heads = min(g.heads_per_group, total_heads - group * g.heads_per_group); // the last group may be short
+        const int qb = g.q_blocks - 1 - in_group / heads;
+        const int bh = group * g.heads_per_group + in_group % heads;
         t.id = id;
         t.b = bh / g.q_heads;
         t.h = bh - t.b * g.q_heads;
@@ -147,7 +137,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         // slot (the previous task's Q) are over before TMA overwrites it.
         warpgroup::sync(c.consumer + 1);
         task next;
-        if (leader && get_task(c.g, c.task.id + gridDim.x, next)) load_q(c, next, slot ^ 1);
+        if (leader && get_task(c.g, c.next_id, next)) load_q(c, next, slot ^ 1);
         zero(c.state.o);
         c.state.stats.reset();
         wait(c.output.q_arrived[slot][c.consumer], (c.state.tasks >> 1) & 1);

@@ -2,6 +2,7 @@
 // TMA maps included, and launch it on the persistent grid.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include "attention.h"
@@ -10,18 +11,23 @@
 
 namespace tk_attention {
 
-// How many (batch, query head) pairs the non-causal order runs side by side: as many as keep their K and V
-// (shared by the query heads of one kv head) within about a quarter of the 50 MB L2, in whole kv-head groups.
-// Measured (H100, D = 128, N = 1024, 16 x 16 heads, A-B-A-B): 12 MB 475 / 469 TFLOP/s against 444 / 444 with
-// 24 MB (half of L2); 10 MB 464, 14 MB 461. On a GPU already hot from N = 16384: N = 16384 +5%, 4096 +4%,
-// 2048 and 8192 within noise; D = 64 within noise. (A group of exactly one grid round, 22 heads at N = 1024,
-// measured 446: the round is not the rule.)
+// How many (batch, query head) pairs the task order runs side by side (see attn_fwd::get_task): as many as keep
+// their K and V (shared by the query heads of one kv head) within about a quarter of the 50 MB L2, in whole
+// kv-head groups; causal groups hold at least 24 query heads.
+// Measured (H100, D = 128, B = 16384 / N, 16 heads). Non-causal, static schedule, N = 1024: 12 MB 475 / 469
+// TFLOP/s against 444 / 444 with 24 MB; 10 MB 464, 14 MB 461; N = 16384 +5%, 4096 +4% on a hot GPU. With the
+// dynamic schedule (us, group size 12 MB / 24 MB / 48 MB / all heads): non-causal N = 1024 272 / 288 / 316 / 351,
+// N = 4096 817 / 820 / 833 / 999, N = 16384 equal; causal N = 1024 186 / 194 / 211 / 247, N = 4096 489 / 496 /
+// 464 / 496, N = 8192 899 / 912 / 830 / 806, N = 16384 1715 / 1720 / 1566 / 1517. Causal groups of only a few
+// heads (1-6 at N >= 4096) lose although their K and V fit L2; 24 heads or more is where every length measured
+// its best or within 3% of it (D = 64 causal likewise).
 inline int heads_per_group(const fwd_problem &p) {
     const int group = p.q_heads / p.kv_heads;
     const int64_t kv_bytes = int64_t(p.kv_len) * p.head_dim * 2 * 2; // K and V of one kv head, 16-bit
     const int64_t budget = int64_t(12) << 20;
     int64_t kv_heads = budget / (kv_bytes > 0 ? kv_bytes : 1);
     if (kv_heads < 1) kv_heads = 1;
+    if (p.causal) kv_heads = std::max<int64_t>(kv_heads, (24 + group - 1) / group);
     const int64_t all = int64_t(p.batch) * p.q_heads;
     const int64_t heads = kv_heads * group;
     return int(heads < all ? heads : all);
@@ -44,12 +50,14 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
         const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
         return G{q, k, v, {}, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
-                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, heads_per_group(p), 0.f};
+                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, heads_per_group(p), nullptr, 0.f};
     });
     // Fields that no TMA map encodes (the outputs, the scale) are set per call.
     g.o = {reinterpret_cast<T *>(p.o.ptr), p.o.stride_b, p.o.stride_h, p.o.stride_n};
     g.lse = p.lse;
     g.scale_log2 = p.scale * 1.4426950408889634f;
+    g.task_counter = p.task_counter;
+    if (cudaError_t e = cudaMemsetAsync(p.task_counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 

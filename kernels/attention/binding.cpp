@@ -133,6 +133,9 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
     describe_inputs(p, q, k, v, causal, scale);
     p.o = out_of(o);
     p.lse = lse.data_ptr<float>();
+    // Freed on return: the caching allocator hands it out again only to work ordered after this kernel.
+    at::Tensor task_counter = at::empty({1}, q_in.options().dtype(at::kInt));
+    p.task_counter = task_counter.data_ptr<int>();
     const cudaError_t e = tk_attention::forward(p, at::cuda::getCurrentCUDAStream());
     require(e == cudaSuccess, "tk_ops.attention kernel failed: ", cudaGetErrorString(e));
     return {o, lse};

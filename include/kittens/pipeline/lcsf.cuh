@@ -35,6 +35,14 @@
 //                                                       one all P after its first compute, so the tensor cores
 //                                                       keep working through the epilogue; after the last task,
 //                                                       all of them.
+// and optionally, to balance tasks of uneven length:
+//   static constexpr bool DYNAMIC_TASKS = true;         a block's first task is still blockIdx.x, later ones are
+//   globals::task_counter (int*, zero at launch)         drawn from this counter (gridDim.x + n for the n-th draw),
+//                                                       so a block that drew short tasks draws more. Ids are drawn
+//                                                       in increasing order: get_task's order is then the order in
+//                                                       which tasks start, and nothing needs to balance rounds.
+// Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
+// whether it exists), so a kernel can prefetch for it.
 #pragma once
 
 #include <atomic>
@@ -62,12 +70,49 @@ template <typename K> struct consumer_args {
     const typename K::task &task;
     int iter;     // stage index within the task
     int consumer; // which consumer warpgroup, 0 .. NUM_CONSUMERS-1
+    int next_id;  // this block's next task (it exists iff K::get_task accepts the id)
 };
 
 template <typename K> constexpr int release_lag() {
     if constexpr (requires { K::RELEASE_LAG; }) return K::RELEASE_LAG;
     else return 0;
 }
+template <typename K> constexpr bool dynamic_tasks() {
+    if constexpr (requires { K::DYNAMIC_TASKS; }) return K::DYNAMIC_TASKS;
+    else return false;
+}
+
+// The ids of a block's tasks after its first, handed from the producer (which draws them) to the consumers.
+// Publication n (the id of the block's task n + 1) goes through slot n % 2: the producer publishes it when it
+// starts loading task n, the consumers read it when they set task n up.
+struct task_queue {
+    int ids[2];
+    semaphore full[2], empty[2];
+    __device__ inline void init(int consumer_warps) {
+        for (int s = 0; s < 2; s++) {
+            init_semaphore(full[s], 1);
+            init_semaphore(empty[s], consumer_warps);
+        }
+    }
+    // One producer thread: draw the next id and publish it as publication n.
+    __device__ inline int publish(int *counter, int n) {
+        const int s = n & 1;
+        wait(empty[s], ((n >> 1) & 1) ^ 1); // the first use of each slot passes at once
+        const int id = atomicAdd(counter, 1) + int(gridDim.x);
+        ids[s] = id;
+        arrive(full[s]); // release: the id is visible to whoever acquires this phase
+        return id;
+    }
+    // Every thread of a consumer warp: read publication n, then hand its slot back.
+    __device__ inline int read(int n) {
+        wait(full[n & 1], (n >> 1) & 1);
+        const int id = ids[n & 1];
+        __syncwarp();
+        if (laneid() == 0) arrive(empty[n & 1]);
+        return id;
+    }
+};
+
 template <typename K> constexpr bool has_deferred_store() {
     return requires(consumer_args<K> &a) { K::store(a, 0, 1); };
 }
@@ -109,12 +154,15 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     typename K::input_block(&inputs)[STAGES] = al.allocate<typename K::input_block, STAGES>();
     typename K::output_block &output = al.allocate<typename K::output_block>();
     __shared__ semaphore arrived[STAGES], finished[STAGES];
+    __shared__ task_queue queue; // used with DYNAMIC_TASKS only
+    constexpr bool DYNAMIC = dynamic_tasks<K>();
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             init_semaphore(arrived[s], 1);              // the producer's expect is the one arrival
             init_semaphore(finished[s], CONSUMER_WARPS); // one arrival per consumer warp
         }
+        if constexpr (DYNAMIC) queue.init(CONSUMER_WARPS);
     }
     __syncthreads();
 
@@ -123,7 +171,10 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
         if (warpgroup::warpid() == 0 && laneid() == 0) {
             int ring = 0; // stages issued so far, across tasks
-            for (int t = blockIdx.x; K::get_task(g, t, task); t += gridDim.x) {
+            int next = 0;
+            for (int t = blockIdx.x, n = 0; K::get_task(g, t, task); t = next, n++) {
+                if constexpr (DYNAMIC) next = queue.publish(g.task_counter, n);
+                else next = t + gridDim.x;
                 for (int i = 0; i < task.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
@@ -142,9 +193,12 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         bool pending = false;
         int ring = 0;
         bool more = K::get_task(g, blockIdx.x, task);
-        for (int t = blockIdx.x; more; t += gridDim.x) {
-            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer};
-            consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer};
+        for (int id = blockIdx.x, n = 0; more; n++) {
+            int next_id;
+            if constexpr (DYNAMIC) next_id = queue.read(n);
+            else next_id = id + gridDim.x;
+            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, next_id};
+            consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, next_id};
             K::setup(a);
             // Kernels that overlap their epilogue with the next task look that task up now, while this one's
             // tensor-core work runs: at the boundary its integer divisions sat between one task's last wgmma
@@ -152,11 +206,11 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             // the registers (the attention backward spills with the lookup held across its loop).
             typename K::task next;
             bool has_next = false;
-            if constexpr (has_deferred_store<K>()) has_next = K::get_task(g, t + gridDim.x, next);
+            if constexpr (has_deferred_store<K>()) has_next = K::get_task(g, next_id, next);
             for (int i = 0; i < task.iters; i++, ring++) {
                 int s = ring % STAGES;
                 wait(arrived[s], (ring / STAGES) & 1);
-                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer};
+                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer, next_id};
                 K::compute(c);
                 if constexpr (LAG == 0) {
                     if (laneid() == 0) arrive(finished[s]);
@@ -190,12 +244,13 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
                 task = next;
                 more = has_next;
             } else {
-                more = K::get_task(g, t + gridDim.x, task);
+                more = K::get_task(g, next_id, task);
             }
+            id = next_id;
         }
         if constexpr (has_deferred_store<K>()) {
             if (pending) {
-                consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer};
+                consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, 0};
                 K::store(prev, 0, K::STORE_PIECES);
             }
         }

@@ -2,12 +2,13 @@
 // Each task is a 128-row band; the producer streams its 64x64 column blocks through a 3-stage ring (so the
 // ring wraps inside a task and across tasks), two consumer warpgroups each sum 64 rows in registers, and
 // finish writes them out. More tasks than SMs exercises the persistent grid; ragged shapes exercise the
-// TMA zero fill.
+// TMA zero fill. The dynamic variant draws tasks from a counter (DYNAMIC_TASKS).
 #include "harness.cuh"
 
 using namespace kittens;
 
-struct toy {
+template <bool DYNAMIC> struct toy {
+    static constexpr bool DYNAMIC_TASKS = DYNAMIC;
     static constexpr int NUM_CONSUMERS = 2, INPUT_STAGES = 3;
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
     using tile = st_fl<64, 64>;
@@ -17,6 +18,7 @@ struct toy {
         x_gl x;
         out_gl out;
         int bands, blocks;
+        int *task_counter;
     };
     struct input_block {
         tile part[NUM_CONSUMERS];
@@ -63,12 +65,16 @@ struct toy {
     }
 };
 
-// bufs: x (rows x cols fp32), out (rows x 64 fp32); args: rows, cols.
-static int run_toy(void **b, const long long *a) {
+// bufs: x (rows x cols fp32), out (rows x 64 fp32), and for the dynamic variant one zeroed int32; args: rows, cols.
+template <bool DYNAMIC> static int run_toy(void **b, const long long *a) {
+    using K = toy<DYNAMIC>;
     const int rows = int(a[0]), cols = int(a[1]);
-    toy::globals g{toy::x_gl((float *)b[0], 1, 1, rows, cols), toy::out_gl((float *)b[1], 1, 1, rows, 64),
-                   (rows + 127) / 128, (cols + 63) / 64};
-    return int(lcsf::launch<toy>(g, g.bands, 0));
+    typename K::globals g{typename K::x_gl((float *)b[0], 1, 1, rows, cols), typename K::out_gl((float *)b[1], 1, 1, rows, 64),
+                          (rows + 127) / 128, (cols + 63) / 64, DYNAMIC ? (int *)b[2] : nullptr};
+    return int(lcsf::launch<K>(g, g.bands, 0));
 }
 
-TK_TEST_REGISTER(lcsf_toy) { tk_test::add("lcsf_toy/block_sum", &run_toy); }
+TK_TEST_REGISTER(lcsf_toy) {
+    tk_test::add("lcsf_toy/block_sum", &run_toy<false>);
+    tk_test::add("lcsf_toy/block_sum_dynamic", &run_toy<true>);
+}
