@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attn_fwd_launch.cuh"
+#include "timeline.cuh"
 
 using namespace tk_attention;
 using kittens::bf16;
@@ -26,14 +27,9 @@ enum event { setup_in, setup_out, finish_in, finish_out, compute_in = 4, compute
 __device__ unsigned long long *g_stamps;
 __device__ int g_producer_task[1024];
 
-__device__ __forceinline__ unsigned long long now() {
-    unsigned long long c;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
-    return c;
-}
 __device__ __forceinline__ void stamp(int role, int task, int ev) {
     if (task < MAX_TASKS && threadIdx.x % kittens::WARPGROUP_THREADS == 0)
-        g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = now();
+        g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = timeline::now();
 }
 
 // The kernel K with stamps around its hooks. The argument structs differ only in their template argument, so
@@ -69,21 +65,7 @@ template <typename K> struct stamped : K {
 };
 
 template <typename K> float time_us(const fwd_problem &p, int reps) {
-    for (int i = 0; i < 3; i++) launch_forward<K>(p, 0);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0);
-    for (int i = 0; i < reps; i++) launch_forward<K>(p, 0);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        std::printf("CUDA error: %s\n", cudaGetErrorString(e));
-        std::exit(1);
-    }
-    return ms * 1000.f / reps;
+    return timeline::time_us([&] { launch_forward<K>(p, 0); }, reps);
 }
 
 template <int D, bool CAUSAL> int run(int n, int batch, int heads) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gemm_launch.cuh"
+#include "timeline.cuh"
 
 using namespace tk_gemm;
 using kittens::bf16;
@@ -26,14 +27,9 @@ constexpr int MAX_STAGES = 8; // stages stamped per task
 
 __device__ unsigned long long *g_stamps;
 
-__device__ __forceinline__ unsigned long long now() {
-    unsigned long long c;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
-    return c;
-}
 __device__ __forceinline__ void stamp(int role, int task, int ev) {
     if (task < MAX_TASKS && threadIdx.x % kittens::WARPGROUP_THREADS == 0)
-        g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = now();
+        g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = timeline::now();
 }
 
 using hinted = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16>;
@@ -53,7 +49,7 @@ template <typename K> struct stamped : K {
         const int id = band * 16 * p.g.tiles_n + p.task.n * rows + (p.task.m - first_m);
         const int task = (id - blockIdx.x) / gridDim.x;
         if (p.iter < MAX_STAGES && task < MAX_TASKS && threadIdx.x % kittens::WARPGROUP_THREADS == 0)
-            g_stamps[((blockIdx.x * ROLES + 2) * MAX_TASKS + task) * EVENTS + compute_in + p.iter] = now();
+            g_stamps[((blockIdx.x * ROLES + 2) * MAX_TASKS + task) * EVENTS + compute_in + p.iter] = timeline::now();
         K::load(reinterpret_cast<kittens::lcsf::producer_args<K> &>(p));
     }
     __device__ static void setup(args &c) {
@@ -88,21 +84,7 @@ template <typename G> float time_us(const bf16 *a, const bf16 *b, bf16 *c, int M
                           (K + G::BK - 1) / G::BK, 1, (K + G::BK - 1) / G::BK, nullptr, nullptr,
                           typename G::bias_gl(nullptr, 1, 1, 1, N)};
     const int tasks = g.tiles_m * g.tiles_n;
-    for (int i = 0; i < 3; i++) kittens::lcsf::launch<G>(g, tasks, 0);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0);
-    for (int i = 0; i < reps; i++) kittens::lcsf::launch<G>(g, tasks, 0);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        std::printf("CUDA error: %s\n", cudaGetErrorString(e));
-        std::exit(1);
-    }
-    return ms * 1000.f / reps;
+    return timeline::time_us([&] { kittens::lcsf::launch<G>(g, tasks, 0); }, reps);
 }
 
 } // namespace

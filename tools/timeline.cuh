@@ -1,0 +1,38 @@
+// Shared by the standalone timeline programs (tools/*_timeline.cu): the SM clock, and the mean time of a launch.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <cuda_runtime.h>
+
+namespace timeline {
+
+__device__ __forceinline__ unsigned long long now() {
+    unsigned long long c;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+    return c;
+}
+
+// Mean microseconds of launch() over `reps` back-to-back calls, after three warm-ups; exits on a CUDA error.
+template <typename F> float time_us(F launch, int reps) {
+    for (int i = 0; i < 3; i++) launch();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < reps; i++) launch();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+        std::printf("CUDA error: %s\n", cudaGetErrorString(e));
+        std::exit(1);
+    }
+    return ms * 1000.f / reps;
+}
+
+} // namespace timeline
