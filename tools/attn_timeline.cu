@@ -32,19 +32,16 @@ __device__ __forceinline__ void stamp(int role, int task, int ev) {
         g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = timeline::now();
 }
 
-// The kernel K with stamps around its hooks. The argument structs differ only in their template argument, so
-// they are reinterpreted as K's.
-template <typename K> struct stamped : K {
-    struct consumer_state : K::consumer_state {
-        int task = 0; // tasks this consumer has finished
-    };
-    using args = kittens::lcsf::consumer_args<stamped>;
-    __device__ static auto &as_k(args &c) { return reinterpret_cast<kittens::lcsf::consumer_args<K> &>(c); }
+// The kernel K with stamps around its hooks.
+template <typename K> struct stamped : timeline::wrapped<stamped<K>, K> {
+    using base = timeline::wrapped<stamped<K>, K>;
+    using args = typename base::args;
+    using base::as_k;
 
-    __device__ static void load(kittens::lcsf::producer_args<stamped> &p) {
+    __device__ static void load(typename base::producer &p) {
         if (p.iter == 0 && p.task.id != int(blockIdx.x)) g_producer_task[blockIdx.x]++;
         if (p.iter < MAX_TILES) stamp(3, g_producer_task[blockIdx.x], compute_in + p.iter);
-        K::load(reinterpret_cast<kittens::lcsf::producer_args<K> &>(p));
+        K::load(as_k(p));
     }
     __device__ static void setup(args &c) {
         stamp(c.consumer, c.state.task, setup_in);

@@ -34,23 +34,20 @@ __device__ __forceinline__ void stamp(int role, int task, int ev) {
 
 using hinted = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16>;
 
-// The kernel K with stamps around its hooks. The argument structs differ only in their template argument, so
-// they are reinterpreted as K's.
-template <typename K> struct stamped : K {
-    struct consumer_state : K::consumer_state {
-        int task = 0; // tasks this consumer has finished
-    };
-    using args = kittens::lcsf::consumer_args<stamped>;
-    __device__ static auto &as_k(args &c) { return reinterpret_cast<kittens::lcsf::consumer_args<K> &>(c); }
+// The kernel K with stamps around its hooks.
+template <typename K> struct stamped : timeline::wrapped<stamped<K>, K> {
+    using base = timeline::wrapped<stamped<K>, K>;
+    using args = typename base::args;
+    using base::as_k;
 
-    __device__ static void load(kittens::lcsf::producer_args<stamped> &p) {
+    __device__ static void load(typename base::producer &p) {
         // This block's task number, from the task's position in get_task's order.
         const int band = p.task.m / 16, first_m = band * 16, rows = min(16, p.g.tiles_m - first_m);
         const int id = band * 16 * p.g.tiles_n + p.task.n * rows + (p.task.m - first_m);
         const int task = (id - blockIdx.x) / gridDim.x;
         if (p.iter < MAX_STAGES && task < MAX_TASKS && threadIdx.x % kittens::WARPGROUP_THREADS == 0)
             g_stamps[((blockIdx.x * ROLES + 2) * MAX_TASKS + task) * EVENTS + compute_in + p.iter] = timeline::now();
-        K::load(reinterpret_cast<kittens::lcsf::producer_args<K> &>(p));
+        K::load(as_k(p));
     }
     __device__ static void setup(args &c) {
         stamp(c.consumer, c.state.task, setup_in);

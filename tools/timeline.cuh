@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kittens.cuh"
+
 namespace timeline {
 
 __device__ __forceinline__ unsigned long long now() {
@@ -34,5 +36,18 @@ template <typename F> float time_us(F launch, int reps) {
     }
     return ms * 1000.f / reps;
 }
+
+// Base of a kernel K wrapped so that its hooks can be stamped: Self is the wrapper (the kernel LCSF launches).
+// The argument structs differ only in their template argument, so they are reinterpreted as K's; each consumer
+// counts the tasks it has finished.
+template <typename Self, typename K> struct wrapped : K {
+    struct consumer_state : K::consumer_state {
+        int task = 0; // tasks this consumer has finished
+    };
+    using args = kittens::lcsf::consumer_args<Self>;
+    using producer = kittens::lcsf::producer_args<Self>;
+    __device__ static auto &as_k(args &c) { return reinterpret_cast<kittens::lcsf::consumer_args<K> &>(c); }
+    __device__ static auto &as_k(producer &p) { return reinterpret_cast<kittens::lcsf::producer_args<K> &>(p); }
+};
 
 } // namespace timeline
