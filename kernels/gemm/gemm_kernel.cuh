@@ -203,7 +203,7 @@ struct gemm {
 #pragma unroll
             for (int t = 0; t < C_COLS / 16; t++) piece.tiles[0][t] = c.state.out.tiles[0][j * (C_COLS / 16) + t];
             kittens::store(buf, piece);
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // generic writes -> TMA reads
+            async_proxy_fence(); // generic writes -> TMA reads
             __syncwarp();
             if (leader) {
                 const coord at{(c.task.m * NUM_CONSUMERS + c.consumer) * WARPGROUP_WARPS + w, c.task.n * PIECES + j};

@@ -106,7 +106,7 @@ struct task_queue {
     // Every thread of a consumer warp: read publication n, then hand its slot back.
     __device__ inline int read(int n) {
         wait(full[n & 1], (n >> 1) & 1);
-        const int id = ids[n & 1];
+        const int id = __shfl_sync(0xffffffffu, ids[n & 1], 0); // warp-uniform for ptxas (see the consumer index)
         __syncwarp();
         if (laneid() == 0) arrive(empty[n & 1]);
         return id;
@@ -188,7 +188,9 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         constexpr int LAG = release_lag<K>();
         static_assert(LAG == 0 || LAG == 1, "LCSF: RELEASE_LAG is 0 or 1");
         typename K::consumer_state state;
-        const int consumer = warpgroupid();
+        // Broadcast from lane 0: ptxas then knows the index is warp-uniform, so branches on it (and on the task, whose
+        // id is broadcast likewise) stay uniform and the wgmma descriptors that depend on them live in uniform registers.
+        const int consumer = __shfl_sync(0xffffffffu, warpgroupid(), 0);
         typename K::task previous; // the task whose deferred store is still due
         bool pending = false;
         int ring = 0;

@@ -23,7 +23,7 @@ template <int N_WARPS> struct group {
     // Barrier over this group only (named barrier id 1 + groupid, so id 0 stays __syncthreads).
     __device__ static inline void sync(int id = -1) {
         int bar = id < 0 ? 1 + groupid() : id;
-        asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "n"(GROUP_THREADS));
+        asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "n"(GROUP_THREADS) : "memory");
     }
 
 #include "memory/memory.cuh"
