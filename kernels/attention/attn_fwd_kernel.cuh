@@ -8,8 +8,8 @@
 // both operands in shared memory), folds S into its running softmax in fp32 registers, converts P to 16 bits
 // in registers and runs O += P V (wgmma with A in registers, B = the V tile as stored: keys x D). The three
 // consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
-// At the end O is divided by the row sums and written from registers (rows past the sequence end are
-// skipped). TMA zero-fills Q rows past q_len and K/V rows past kv_len, and those keys are masked; a consumer
+// At the end O is divided by the row sums, staged in the consumer's Q slot (free once the task's last S is
+// computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past q_len and K/V rows past kv_len, and those keys are masked; a consumer
 // whose rows all lie past q_len (the ragged last block) computes nothing.
 //
 // Causal attention is bottom-right aligned (query i sees keys j <= i + kv_len - q_len, as FlashAttention
@@ -19,7 +19,6 @@
 
 #include "kittens.cuh"
 #include "online_softmax.cuh"
-#include "row_store.cuh"
 
 namespace tk_attention {
 using namespace kittens;
@@ -48,7 +47,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
     struct globals {
         q_gl q;
         kv_gl k, v;
-        strided_rows<T> o; // (batch, q_heads, q_len, D)
+        q_gl o; // (batch, q_heads, q_len, D), any TMA-legal strides
         float *lse; // (batch, q_heads, q_len), contiguous
         int q_heads, group; // group: query heads per kv head (GQA)
         int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
@@ -137,7 +136,10 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         // slot (the previous task's Q) are over before TMA overwrites it.
         warpgroup::sync(c.consumer + 1);
         task next;
-        if (leader && get_task(c.g, c.next_id, next)) load_q(c, next, slot ^ 1);
+        if (leader && get_task(c.g, c.next_id, next)) {
+            tma::store_async_read_wait<0>(); // the previous task's O store has read the slot
+            load_q(c, next, slot ^ 1);
+        }
         zero(c.state.o);
         c.state.stats.reset();
         wait(c.output.q_arrived[slot][c.consumer], (c.state.tasks >> 1) & 1);
@@ -176,8 +178,9 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         warpgroup::mma_async_wait(c.state.o);
     }
 
-    // O / l and the LSE, straight from registers to global memory.
+    // O / l through the consumer's Q slot and one TMA store; the LSE straight from registers.
     __device__ static inline void finish(lcsf::consumer_args<attn_fwd> &c) {
+        q_tile &staging = q_of(c); // every wgmma of this task that read it has completed
         c.state.tasks++;
         constexpr float LN2 = 0.6931471805599453f;
         float inv[2], lse[2];
@@ -197,8 +200,19 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
             if (row < c.g.q_len) dst[row] = lse[0];
             if (row + 8 < c.g.q_len) dst[row + 8] = lse[1];
         }
-        // Straight from registers: the Q slot stays free for the next load.
-        store_rows<T>(c.g.o.head(c.task.b, c.task.h), c.g.o.stride_n, c.state.o, row, c.g.q_len);
+        const int row0 = first_row(c.task, c.consumer);
+        if (row0 >= c.g.q_len) return; // the ragged block's idle consumer
+        // 16 KB (D = 128) in one bulk store instead of 32 four-byte stores per thread. The next setup waits for the
+        // store to have read the slot before TMA loads the task after next into it.
+        rt<T, 16, D> out;
+        to_type(out, c.state.o);
+        warpgroup::store(staging, out);
+        async_proxy_fence();
+        warpgroup::sync(c.consumer + 1);
+        if (warpgroup::laneid() == 0) {
+            tma::store_async(c.g.o, staging, {c.task.b, c.task.h, c.task.q_block * NUM_CONSUMERS + c.consumer, 0});
+            tma::store_commit_group();
+        }
     }
 };
 

@@ -49,11 +49,18 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::kv_gl k(ptr(p.k.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.k.stride_b, p.k.stride_h, p.k.stride_n);
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
         const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
-        return G{q, k, v, {}, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
+        return G{q, k, v, q, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
                  (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, heads_per_group(p), nullptr, 0.f};
     });
-    // Fields that no TMA map encodes (the outputs, the scale) are set per call.
-    g.o = {reinterpret_cast<T *>(p.o.ptr), p.o.stride_b, p.o.stride_h, p.o.stride_n};
+    // The output's map comes from its own cache: a training loop cycles O through a few allocator blocks while
+    // Q, K and V stay put. Fields that no map encodes (the LSE, the scale) are set per call.
+    static tk_kernels::globals_cache<typename K::q_gl, 8> o_cache;
+    g.o = o_cache.get({uint64_t(p.o.ptr), uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.q_len), uint64_t(p.o.stride_b),
+                       uint64_t(p.o.stride_h), uint64_t(p.o.stride_n), 0},
+                      [&] {
+                          return typename K::q_gl(reinterpret_cast<T *>(p.o.ptr), p.batch, p.q_heads, p.q_len, p.head_dim,
+                                                  p.o.stride_b, p.o.stride_h, p.o.stride_n);
+                      });
     g.lse = p.lse;
     g.scale_log2 = p.scale * 1.4426950408889634f;
     g.task_counter = p.task_counter;
