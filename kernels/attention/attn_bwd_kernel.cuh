@@ -27,7 +27,6 @@
 
 #include "kittens.cuh"
 #include "online_softmax.cuh"
-#include "row_store.cuh"
 
 namespace tk_attention {
 using namespace kittens;
@@ -59,7 +58,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         kv_gl k, v;
         row_gl lse2, delta; // lse2: LSE * log2(e), +inf on padded rows and rows that see no key
         dq_gl dq;           // fp32 accumulator, zeroed by the host
-        strided_rows<T> dk, dv; // (batch, kv_heads, kv_len, D)
+        kv_gl dk, dv;       // (batch, kv_heads, kv_len, D), any TMA-legal strides
         int kv_heads, group; // group: query heads per kv head
         int q_len, kv_len, q_tiles, k_blocks, num_tasks;
         bool heaviest_first; // causal task order, see get_task
@@ -148,6 +147,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         consumers_sync();
         if (leader) {
             const int row_tile = c.task.k_block * NUM_CONSUMERS + c.consumer;
+            tma::store_async_read_wait(); // the previous task's dK and dV stores have read these tiles
             tma::expect<kv_tile, kv_tile>(arrived);
             tma::load_async(c.output.k[c.consumer], c.g.k, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
             tma::load_async(c.output.v[c.consumer], c.g.v, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
@@ -255,11 +255,23 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         }
     }
 
-    // dK and dV of this consumer's 64 keys, straight from registers (rows past kv_len are skipped).
+    // dK and dV of this consumer's 64 keys, staged in its K and V tiles and written by two TMA stores (which clip
+    // rows past kv_len). The barrier first: the other consumer's last dQ product reads this consumer's K.
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
-        const int row = c.task.k_block * BLOCK_K + c.consumer * KEYS + 16 * warpgroup::warpid() + laneid() / 4;
-        store_rows<T>(c.g.dk.head(c.task.b, c.task.kv_head), c.g.dk.stride_n, c.state.dk, row, c.g.kv_len);
-        store_rows<T>(c.g.dv.head(c.task.b, c.task.kv_head), c.g.dv.stride_n, c.state.dv, row, c.g.kv_len);
+        const int e = c.consumer, row_tile = c.task.k_block * NUM_CONSUMERS + e;
+        consumers_sync();
+        rt<T, 16, D> out;
+        to_type(out, c.state.dk);
+        warpgroup::store(c.output.k[e], out);
+        to_type(out, c.state.dv);
+        warpgroup::store(c.output.v[e], out);
+        tma::store_fence();
+        warpgroup::sync(e + 1);
+        if (warpgroup::laneid() == 0 && row_tile * KEYS < c.g.kv_len) {
+            tma::store_async(c.g.dk, c.output.k[e], {c.task.b, c.task.kv_head, row_tile, 0});
+            tma::store_async(c.g.dv, c.output.v[e], {c.task.b, c.task.kv_head, row_tile, 0});
+            tma::store_commit_group();
+        }
     }
 };
 

@@ -8,6 +8,18 @@
 
 namespace tk_attention {
 
+// The TMA map of dK or dV, (batch, kv_heads, kv_len, D) with the output's strides.
+template <typename K> typename K::kv_gl output_map(const out4 &t, const bwd_problem &p) {
+    using T = typename K::q_gl::T;
+    static tk_kernels::globals_cache<typename K::kv_gl, 8> cache;
+    return cache.get({uint64_t(t.ptr), uint64_t(p.batch), uint64_t(p.kv_heads), uint64_t(p.kv_len), uint64_t(t.stride_b),
+                      uint64_t(t.stride_h), uint64_t(t.stride_n), 0},
+                     [&] {
+                         return typename K::kv_gl(static_cast<T *>(t.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, t.stride_b,
+                                                  t.stride_h, t.stride_n);
+                     });
+}
+
 template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
@@ -36,12 +48,13 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
         typename K::dq_gl dq(static_cast<float *>(p.dq_accum.ptr), p.batch, p.q_heads, p.q_len, D, p.dq_accum.stride_b,
                              p.dq_accum.stride_h, p.dq_accum.stride_n);
         const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K;
-        return G{q, dout, k, v, lse2, delta, dq, {}, {}, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
+        return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
                  padded / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, k_blocks >= 64, 0.f, 0.f};
     });
+    // The outputs' maps come from their own cache (fresh tensors each call, from a few allocator blocks in a loop).
+    g.dk = output_map<K>(p.dk, p);
+    g.dv = output_map<K>(p.dv, p);
     // Fields that no TMA map encodes are set per call.
-    g.dk = {reinterpret_cast<T *>(p.dk.ptr), p.dk.stride_b, p.dk.stride_h, p.dk.stride_n};
-    g.dv = {reinterpret_cast<T *>(p.dv.ptr), p.dv.stride_b, p.dv.stride_h, p.dv.stride_n};
     g.scale = p.scale;
     g.scale_log2 = p.scale * 1.4426950408889634f;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
