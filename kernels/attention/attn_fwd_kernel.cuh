@@ -9,8 +9,9 @@
 // in registers and runs O += P V (wgmma with A in registers, B = the V tile as stored: keys x D). The three
 // consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
 // At the end O is divided by the row sums, staged in the consumer's Q slot (free once the task's last S is
-// computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past q_len and K/V rows past kv_len, and those keys are masked; a consumer
-// whose rows all lie past q_len (the ragged last block) computes nothing.
+// computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past
+// q_len and K/V rows past kv_len, and those keys are masked; a consumer whose rows all lie past q_len (the
+// ragged last block) computes nothing.
 //
 // Causal attention is bottom-right aligned (query i sees keys j <= i + kv_len - q_len, as FlashAttention
 // does for q_len != kv_len). Tiles wholly past a consumer's diagonal are skipped, tiles past every row of the
