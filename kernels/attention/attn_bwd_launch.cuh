@@ -5,20 +5,9 @@
 #include "attention.h"
 #include "attn_bwd_kernel.cuh"
 #include "common/globals_cache.cuh"
+#include "output_map.cuh"
 
 namespace tk_attention {
-
-// The TMA map of dK or dV, (batch, kv_heads, kv_len, D) with the output's strides.
-template <typename K> typename K::kv_gl output_map(const out4 &t, const bwd_problem &p) {
-    using T = typename K::q_gl::T;
-    static tk_kernels::globals_cache<typename K::kv_gl, 8> cache;
-    return cache.get({uint64_t(t.ptr), uint64_t(p.batch), uint64_t(p.kv_heads), uint64_t(p.kv_len), uint64_t(t.stride_b),
-                      uint64_t(t.stride_h), uint64_t(t.stride_n), 0},
-                     [&] {
-                         return typename K::kv_gl(static_cast<T *>(t.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, t.stride_b,
-                                                  t.stride_h, t.stride_n);
-                     });
-}
 
 template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
@@ -51,9 +40,8 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
         return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
                  padded / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, k_blocks >= 64, 0.f, 0.f};
     });
-    // The outputs' maps come from their own cache (fresh tensors each call, from a few allocator blocks in a loop).
-    g.dk = output_map<K>(p.dk, p);
-    g.dv = output_map<K>(p.dv, p);
+    g.dk = output_map<typename K::kv_gl>(p.dk, p.batch, p.kv_heads, p.kv_len, p.head_dim);
+    g.dv = output_map<typename K::kv_gl>(p.dv, p.batch, p.kv_heads, p.kv_len, p.head_dim);
     // Fields that no TMA map encodes are set per call.
     g.scale = p.scale;
     g.scale_log2 = p.scale * 1.4426950408889634f;

@@ -8,6 +8,7 @@
 #include "attention.h"
 #include "attn_fwd_kernel.cuh"
 #include "common/globals_cache.cuh"
+#include "output_map.cuh"
 
 namespace tk_attention {
 
@@ -52,15 +53,8 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         return G{q, k, v, q, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
                  (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, heads_per_group(p), nullptr, 0.f};
     });
-    // The output's map comes from its own cache: a training loop cycles O through a few allocator blocks while
-    // Q, K and V stay put. Fields that no map encodes (the LSE, the scale) are set per call.
-    static tk_kernels::globals_cache<typename K::q_gl, 8> o_cache;
-    g.o = o_cache.get({uint64_t(p.o.ptr), uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.q_len), uint64_t(p.o.stride_b),
-                       uint64_t(p.o.stride_h), uint64_t(p.o.stride_n), 0},
-                      [&] {
-                          return typename K::q_gl(reinterpret_cast<T *>(p.o.ptr), p.batch, p.q_heads, p.q_len, p.head_dim,
-                                                  p.o.stride_b, p.o.stride_h, p.o.stride_n);
-                      });
+    g.o = output_map<typename K::q_gl>(p.o, p.batch, p.q_heads, p.q_len, p.head_dim);
+    // Fields that no map encodes (the LSE, the scale) are set per call.
     g.lse = p.lse;
     g.scale_log2 = p.scale * 1.4426950408889634f;
     g.task_counter = p.task_counter;
