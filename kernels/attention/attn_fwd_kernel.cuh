@@ -10,8 +10,13 @@
 // consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
 // At the end O is divided by the row sums, staged in the consumer's Q slot (free once the task's last S is
 // computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past
-// q_len and K/V rows past kv_len, and those keys are masked; a consumer whose rows all lie past q_len (the
-// ragged last block) computes nothing.
+// q_len and K/V rows past kv_len, and those keys are masked.
+//
+// When q_len is not a multiple of BLOCK_Q one block is ragged, and a consumer whose 64 rows lie wholly outside
+// the sequence computes nothing. That is the last block, except causal with q_len mod BLOCK_Q in 1..64: there
+// the blocks start q_shift = 128 rows above row 0 (Q coordinates below 0 read zeros), so the one-consumer block
+// is the first, which sees the fewest keys; at the end it would be the heaviest task, run by one consumer
+// without the others' overlap (H100, D = 64, N = 1024: -3% time; with two consumers, N = 2048, +1%).
 //
 // Causal attention is bottom-right aligned (query i sees keys j <= i + kv_len - q_len, as FlashAttention
 // does for q_len != kv_len). Tiles wholly past a consumer's diagonal are skipped, tiles past every row of the
@@ -39,6 +44,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
     // (ptxas reports the 128 per thread that 512 threads allow at entry; this code fits them without spills.)
     static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 160;
     static constexpr bool DYNAMIC_TASKS = true;
+    static constexpr bool LOOKUP_NEXT_EARLY = true; // setup prefetches the next task's Q
 
     using q_tile = st<T, Q_ROWS, D>;
     using kv_tile = st<T, KV, D>;
@@ -52,6 +58,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         float *lse; // (batch, q_heads, q_len), contiguous
         int q_heads, group; // group: query heads per kv head (GQA)
         int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
+        int q_shift;         // block qb covers rows qb * BLOCK_Q - q_shift ..: 0 or 128, see the top
         int heads_per_group; // task order: see get_task
         int *task_counter;   // LCSF's dynamic schedule: zero at launch
         float scale_log2; // softmax scale * log2(e), > 0 (the host folds other signs into q)
@@ -98,7 +105,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         t.q_block = qb;
         t.iters = g.kv_tiles;
         if constexpr (CAUSAL) {
-            const int last_row = min(qb * BLOCK_Q + BLOCK_Q, g.q_len) - 1;
+            const int last_row = min((qb + 1) * BLOCK_Q - g.q_shift, g.q_len) - 1;
             const int last_key = last_row + g.kv_len - g.q_len;
             t.iters = last_key < 0 ? 0 : min(g.kv_tiles, last_key / KV + 1);
         }
@@ -112,23 +119,27 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         tma::load_async(p.input.v, p.g.v, {p.task.b, kv_head, p.iter, 0}, p.arrived);
     }
 
-    __device__ static inline int first_row(const task &t, int consumer) { return t.q_block * BLOCK_Q + consumer * Q_ROWS; }
+    __device__ static inline int first_row(const globals &g, const task &t, int consumer) {
+        return t.q_block * BLOCK_Q + consumer * Q_ROWS - g.q_shift;
+    }
+    // A consumer of the ragged block whose rows are all outside the sequence.
+    __device__ static inline bool idle(const globals &g, int row0) { return row0 < 0 || row0 >= g.q_len; }
 
     // One thread: start loading this consumer's Q rows of task t into slot `slot`.
     __device__ static inline void load_q(lcsf::consumer_args<attn_fwd> &c, const task &t, int slot) {
         semaphore &arrived = c.output.q_arrived[slot][c.consumer];
         tma::expect<q_tile>(arrived);
-        tma::load_async(c.output.q[slot][c.consumer], c.g.q, {t.b, t.h, t.q_block * NUM_CONSUMERS + c.consumer, 0}, arrived);
+        tma::load_async(c.output.q[slot][c.consumer], c.g.q, {t.b, t.h, first_row(c.g, t, c.consumer) / Q_ROWS, 0}, arrived);
     }
 
     __device__ static inline q_tile &q_of(lcsf::consumer_args<attn_fwd> &c) { return c.output.q[c.state.tasks & 1][c.consumer]; }
 
     // This task's Q is in slot (tasks & 1), loaded during the previous task (or now, for the first). The next
-    // task's Q goes into the other slot, which the previous task has stopped reading.
+    // task's Q (LCSF looked that task up already) goes into the other slot once the previous task's O store,
+    // staged there, has read it. (Issuing it on the first tile instead, after S, measured 0.5-1% slower.)
     __device__ static inline void setup(lcsf::consumer_args<attn_fwd> &c) {
         const int slot = c.state.tasks & 1;
-        const bool leader = warpgroup::laneid() == 0;
-        if (c.state.tasks == 0 && leader) {
+        if (c.state.tasks == 0 && warpgroup::laneid() == 0) {
             init_semaphore(c.output.q_arrived[0][c.consumer], 1);
             init_semaphore(c.output.q_arrived[1][c.consumer], 1);
             load_q(c, c.task, slot);
@@ -136,10 +147,9 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         // First task: nobody waits on a barrier before its init. Later: every warp's wgmma reads of the other
         // slot (the previous task's Q) are over before TMA overwrites it.
         warpgroup::sync(c.consumer + 1);
-        task next;
-        if (leader && get_task(c.g, c.next_id, next)) {
-            tma::store_async_read_wait<0>(); // the previous task's O store has read the slot
-            load_q(c, next, slot ^ 1);
+        if (warpgroup::laneid() == 0 && c.has_next) {
+            tma::store_async_read_wait<0>();
+            load_q(c, c.next, slot ^ 1);
         }
         zero(c.state.o);
         c.state.stats.reset();
@@ -149,11 +159,10 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
     __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
         const int key0 = c.iter * KV;
         const int diag = c.g.kv_len - c.g.q_len; // causal: row i sees keys <= i + diag
-        const int row0 = first_row(c.task, c.consumer);
-        if (row0 >= c.g.q_len) return; // every row of this consumer is past the end
-        if constexpr (CAUSAL) {
-            if (key0 > row0 + Q_ROWS - 1 + diag) return; // past every row's diagonal (and so are later tiles)
-        }
+        const int row0 = first_row(c.g, c.task, c.consumer);
+        // Nothing to do: an idle consumer of the ragged block, or (causal) a tile past every row's diagonal (and
+        // so are later tiles).
+        if (idle(c.g, row0) || (CAUSAL && key0 > row0 + Q_ROWS - 1 + diag)) return;
         rt_fl<16, KV> s;
         warpgroup::mm_ABt(s, q_of(c), c.input.k);
         warpgroup::mma_async_wait(s);
@@ -194,15 +203,15 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         }
         scale_rows(c.state.o, inv);
 
-        const int row = first_row(c.task, c.consumer) + 16 * warpgroup::warpid() + laneid() / 4;
+        const int row0 = first_row(c.g, c.task, c.consumer);
+        if (idle(c.g, row0)) return;
+        const int row = row0 + 16 * warpgroup::warpid() + laneid() / 4;
         if (laneid() % 4 == 0) {
             const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
             float *dst = c.g.lse + head * c.g.q_len;
             if (row < c.g.q_len) dst[row] = lse[0];
             if (row + 8 < c.g.q_len) dst[row + 8] = lse[1];
         }
-        const int row0 = first_row(c.task, c.consumer);
-        if (row0 >= c.g.q_len) return; // the ragged block's idle consumer
         // 16 KB (D = 128) in one bulk store instead of 32 four-byte stores per thread. The next setup waits for the
         // store to have read the slot before TMA loads the task after next into it.
         rt<T, 16, D> out;
@@ -211,7 +220,7 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         async_proxy_fence();
         warpgroup::sync(c.consumer + 1);
         if (warpgroup::laneid() == 0) {
-            tma::store_async(c.g.o, staging, {c.task.b, c.task.h, c.task.q_block * NUM_CONSUMERS + c.consumer, 0});
+            tma::store_async(c.g.o, staging, {c.task.b, c.task.h, row0 / Q_ROWS, 0});
             tma::store_commit_group();
         }
     }

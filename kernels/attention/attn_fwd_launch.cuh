@@ -50,8 +50,11 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::kv_gl k(ptr(p.k.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.k.stride_b, p.k.stride_h, p.k.stride_n);
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
         const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
+        const int ragged_rows = p.q_len % K::BLOCK_Q; // causal: a one-consumer last block moves to the front
+        const int q_shift = p.causal && ragged_rows > 0 && ragged_rows <= K::Q_ROWS ? K::BLOCK_Q - K::Q_ROWS : 0;
         return G{q, k, v, q, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
-                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, heads_per_group(p), nullptr, 0.f};
+                 (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, q_shift, heads_per_group(p),
+                 nullptr, 0.f};
     });
     g.o = output_map<typename K::q_gl>(p.o, p.batch, p.q_heads, p.q_len, p.head_dim);
     // Fields that no map encodes (the LSE, the scale) are set per call.

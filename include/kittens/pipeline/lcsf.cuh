@@ -42,7 +42,9 @@
 //                                                       in increasing order: get_task's order is then the order in
 //                                                       which tasks start, and nothing needs to balance rounds.
 // Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
-// whether it exists), so a kernel can prefetch for it.
+// whether it exists), so a kernel can prefetch for it. With
+//   static constexpr bool LOOKUP_NEXT_EARLY = true;     the template looks that task up once, before setup, and
+//                                                       every hook of the task sees it as `next` (if has_next).
 #pragma once
 
 #include <atomic>
@@ -71,11 +73,17 @@ template <typename K> struct consumer_args {
     int iter;     // stage index within the task
     int consumer; // which consumer warpgroup, 0 .. NUM_CONSUMERS-1
     int next_id;  // this block's next task (it exists iff K::get_task accepts the id)
+    const typename K::task &next; // that task, looked up (LOOKUP_NEXT_EARLY only: otherwise unset)
+    bool has_next;                // whether `next` holds it
 };
 
 template <typename K> constexpr int release_lag() {
     if constexpr (requires { K::RELEASE_LAG; }) return K::RELEASE_LAG;
     else return 0;
+}
+template <typename K> constexpr bool lookup_next_early() {
+    if constexpr (requires { K::LOOKUP_NEXT_EARLY; }) return K::LOOKUP_NEXT_EARLY;
+    else return false;
 }
 template <typename K> constexpr bool dynamic_tasks() {
     if constexpr (requires { K::DYNAMIC_TASKS; }) return K::DYNAMIC_TASKS;
@@ -199,20 +207,23 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             int next_id;
             if constexpr (DYNAMIC) next_id = queue.read(n);
             else next_id = id + gridDim.x;
-            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, next_id};
-            consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, next_id};
-            K::setup(a);
-            // Kernels that overlap their epilogue with the next task look that task up now, while this one's
-            // tensor-core work runs: at the boundary its integer divisions sat between one task's last wgmma
-            // and the next one's first (GEMM, H100: ~350 of ~7000 cycles per 4096x4096x256 task). Others keep
-            // the registers (the attention backward spills with the lookup held across its loop).
+            // Kernels that overlap their epilogue with the next task, or ask for it, look that task up during this
+            // one, while tensor-core work runs: at the boundary its integer divisions sat between one task's last
+            // wgmma and the next one's first (GEMM, H100: ~350 of ~7000 cycles per 4096x4096x256 task). Others
+            // keep the registers (the attention backward spills with the lookup held across its loop).
+            constexpr bool EARLY = lookup_next_early<K>();
             typename K::task next;
             bool has_next = false;
-            if constexpr (has_deferred_store<K>()) has_next = K::get_task(g, next_id, next);
+            if constexpr (EARLY) has_next = K::get_task(g, next_id, next);
+            const bool next_seen = EARLY && has_next;
+            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, next_id, next, next_seen};
+            consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, next_id, next, false};
+            K::setup(a);
+            if constexpr (has_deferred_store<K>() && !EARLY) has_next = K::get_task(g, next_id, next);
             for (int i = 0; i < task.iters; i++, ring++) {
                 int s = ring % STAGES;
                 wait(arrived[s], (ring / STAGES) & 1);
-                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer, next_id};
+                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer, next_id, next, next_seen};
                 K::compute(c);
                 if constexpr (LAG == 0) {
                     if (laneid() == 0) arrive(finished[s]);
@@ -242,7 +253,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             } else {
                 K::finish(a);
             }
-            if constexpr (has_deferred_store<K>()) {
+            if constexpr (has_deferred_store<K>() || EARLY) {
                 task = next;
                 more = has_next;
             } else {
@@ -252,7 +263,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         }
         if constexpr (has_deferred_store<K>()) {
             if (pending) {
-                consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, 0};
+                consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, 0, previous, false};
                 K::store(prev, 0, K::STORE_PIECES);
             }
         }
