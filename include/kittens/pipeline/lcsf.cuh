@@ -41,13 +41,16 @@
 //                                                       so a block that drew short tasks draws more. Ids are drawn
 //                                                       in increasing order: get_task's order is then the order in
 //                                                       which tasks start, and nothing needs to balance rounds.
+//                                                       The producer looks each drawn task up and hands it over.
 // Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
 // whether it exists), so a kernel can prefetch for it. With
 //   static constexpr bool LOOKUP_NEXT_EARLY = true;     the template looks that task up once, before setup, and
-//                                                       every hook of the task sees it as `next` (if has_next).
+//                                                       every hook of the task sees it as `next` (if has_next);
+//                                                       always so with DYNAMIC_TASKS, where it costs nothing.
 #pragma once
 
 #include <atomic>
+#include <type_traits>
 
 #include "../common/common.cuh"
 #include "../types/types.cuh"
@@ -73,7 +76,7 @@ template <typename K> struct consumer_args {
     int iter;     // stage index within the task
     int consumer; // which consumer warpgroup, 0 .. NUM_CONSUMERS-1
     int next_id;  // this block's next task (it exists iff K::get_task accepts the id)
-    const typename K::task &next; // that task, looked up (LOOKUP_NEXT_EARLY only: otherwise unset)
+    const typename K::task &next; // that task, looked up (LOOKUP_NEXT_EARLY or DYNAMIC_TASKS: otherwise unset)
     bool has_next;                // whether `next` holds it
 };
 
@@ -90,11 +93,16 @@ template <typename K> constexpr bool dynamic_tasks() {
     else return false;
 }
 
-// The ids of a block's tasks after its first, handed from the producer (which draws them) to the consumers.
-// Publication n (the id of the block's task n + 1) goes through slot n % 2: the producer publishes it when it
-// starts loading task n, the consumers read it when they set task n up.
-struct task_queue {
-    int ids[2];
+// A block's tasks after its first, handed from the producer (which draws them) to the consumers. Publication n
+// (the block's task n + 1) goes through slot n % 2: the producer draws the id and looks the task up when it starts
+// loading task n; the consumers copy it when they set task n up. The producer is otherwise idle, so the lookup
+// (integer divisions) is off the consumers' path between tasks (attention forward, H100: see the perf notes).
+template <typename K> struct task_queue {
+    using task_t = typename K::task;
+    static_assert(sizeof(task_t) % sizeof(int) == 0 && std::is_trivially_copyable_v<task_t>,
+                  "LCSF DYNAMIC_TASKS: the task struct is copied between warps as ints");
+    task_t tasks[2];
+    int ids[2], valid[2];
     semaphore full[2], empty[2];
     __device__ inline void init(int consumer_warps) {
         for (int s = 0; s < 2; s++) {
@@ -102,21 +110,31 @@ struct task_queue {
             init_semaphore(empty[s], consumer_warps);
         }
     }
-    // One producer thread: draw the next id and publish it as publication n.
-    __device__ inline int publish(int *counter, int n) {
+    // One producer thread: draw the next id, look it up and publish both as publication n. Returns whether the
+    // task exists; the task itself stays readable in the slot (`published`) until publication n + 2.
+    __device__ inline bool publish(const typename K::globals &g, int n) {
         const int s = n & 1;
         wait(empty[s], ((n >> 1) & 1) ^ 1); // the first use of each slot passes at once
-        const int id = atomicAdd(counter, 1) + int(gridDim.x);
+        const int id = atomicAdd(g.task_counter, 1) + int(gridDim.x);
         ids[s] = id;
-        arrive(full[s]); // release: the id is visible to whoever acquires this phase
-        return id;
+        valid[s] = K::get_task(g, id, tasks[s]);
+        arrive(full[s]); // release: the slot is visible to whoever acquires this phase
+        return valid[s];
     }
-    // Every thread of a consumer warp: read publication n, then hand its slot back.
-    __device__ inline int read(int n) {
-        wait(full[n & 1], (n >> 1) & 1);
-        const int id = __shfl_sync(0xffffffffu, ids[n & 1], 0); // warp-uniform for ptxas (see the consumer index)
+    __device__ inline const task_t &published(int n) const { return tasks[n & 1]; }
+    // Every thread of a consumer warp: copy publication n, then hand its slot back. Each word goes through a
+    // shuffle from lane 0 so that ptxas sees the id and the task as warp-uniform (see the consumer index).
+    __device__ inline int read(int n, task_t &t, bool &exists) {
+        const int s = n & 1;
+        wait(full[s], (n >> 1) & 1);
+        const int id = __shfl_sync(0xffffffffu, ids[s], 0);
+        exists = __shfl_sync(0xffffffffu, valid[s], 0) != 0;
+        const int *src = reinterpret_cast<const int *>(&tasks[s]);
+        int *dst = reinterpret_cast<int *>(&t);
+#pragma unroll
+        for (int i = 0; i < int(sizeof(task_t) / sizeof(int)); i++) dst[i] = __shfl_sync(0xffffffffu, src[i], 0);
         __syncwarp();
-        if (laneid() == 0) arrive(empty[n & 1]);
+        if (laneid() == 0) arrive(empty[s]);
         return id;
     }
 };
@@ -142,17 +160,23 @@ template <typename K> __device__ inline void store_pieces_after(int i, int iters
 
 template <typename K> constexpr int num_threads() { return (K::NUM_CONSUMERS + 1) * WARPGROUP_THREADS; }
 
+// Dynamic shared memory: the ring and the output block, plus up to 1 KB that aligning their base to 1024 bytes
+// (the 128-byte swizzle's period) may skip.
 template <typename K> constexpr int shared_bytes() {
-    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + sizeof(typename K::output_block)) + 2 * 1024;
+    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + sizeof(typename K::output_block)) + 1024;
+}
+// Static shared memory: the kernel's semaphores and task queue, declared below; ptxas rounds the static part up to
+// the 1 KB alignment of the dynamic array that follows it.
+template <typename K> constexpr int static_shared_bytes() {
+    return (int(2 * K::INPUT_STAGES * sizeof(semaphore) + sizeof(task_queue<K>)) + 1023) / 1024 * 1024;
 }
 
 template <typename K>
 __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_constant__ typename K::globals g) {
     static_assert(K::NUM_CONSUMERS >= 1 && K::NUM_CONSUMERS <= 3, "LCSF runs 1 to 3 consumer warpgroups");
     static_assert(K::INPUT_STAGES >= 1, "LCSF needs at least one input stage");
-    // The semaphores below are static shared memory, which the 1024-byte alignment of the dynamic part rounds up
-    // to 1 KB; the launch fails unless static + dynamic fit the 227 KB a block may opt into.
-    static_assert(shared_bytes<K>() + 1024 <= MAX_SHARED_MEMORY,
+    // The launch fails unless static + dynamic shared memory fit the 227 KB a block may opt into.
+    static_assert(shared_bytes<K>() + static_shared_bytes<K>() <= MAX_SHARED_MEMORY,
                   "LCSF: input ring + output block + semaphores exceed 227 KB of shared memory");
     constexpr int STAGES = K::INPUT_STAGES;
     constexpr int CONSUMER_WARPS = K::NUM_CONSUMERS * WARPGROUP_WARPS;
@@ -162,7 +186,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     typename K::input_block(&inputs)[STAGES] = al.allocate<typename K::input_block, STAGES>();
     typename K::output_block &output = al.allocate<typename K::output_block>();
     __shared__ semaphore arrived[STAGES], finished[STAGES];
-    __shared__ task_queue queue; // used with DYNAMIC_TASKS only
+    __shared__ task_queue<K> queue; // used with DYNAMIC_TASKS only
     constexpr bool DYNAMIC = dynamic_tasks<K>();
 
     if (threadIdx.x == 0) {
@@ -179,15 +203,22 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
         if (warpgroup::warpid() == 0 && laneid() == 0) {
             int ring = 0; // stages issued so far, across tasks
-            int next = 0;
-            for (int t = blockIdx.x, n = 0; K::get_task(g, t, task); t = next, n++) {
-                if constexpr (DYNAMIC) next = queue.publish(g.task_counter, n);
-                else next = t + gridDim.x;
+            bool more = K::get_task(g, blockIdx.x, task);
+            for (int id = blockIdx.x, n = 0; more; n++) {
+                bool has_next = false;
+                if constexpr (DYNAMIC) has_next = queue.publish(g, n);
                 for (int i = 0; i < task.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
                     producer_args<K> a{g, inputs[s], arrived[s], task, i};
                     K::load(a);
+                }
+                if constexpr (DYNAMIC) {
+                    more = has_next;
+                    if (more) task = queue.published(n);
+                } else {
+                    id += gridDim.x;
+                    more = K::get_task(g, id, task);
                 }
             }
         }
@@ -204,17 +235,21 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         int ring = 0;
         bool more = K::get_task(g, blockIdx.x, task);
         for (int id = blockIdx.x, n = 0; more; n++) {
-            int next_id;
-            if constexpr (DYNAMIC) next_id = queue.read(n);
-            else next_id = id + gridDim.x;
             // Kernels that overlap their epilogue with the next task, or ask for it, look that task up during this
             // one, while tensor-core work runs: at the boundary its integer divisions sat between one task's last
             // wgmma and the next one's first (GEMM, H100: ~350 of ~7000 cycles per 4096x4096x256 task). Others
-            // keep the registers (the attention backward spills with the lookup held across its loop).
-            constexpr bool EARLY = lookup_next_early<K>();
+            // keep the registers (the attention backward spills with the lookup held across its loop). With the
+            // dynamic schedule the producer has looked the next task up already: it is copied, early or not.
+            constexpr bool EARLY = lookup_next_early<K>() || DYNAMIC;
             typename K::task next;
             bool has_next = false;
-            if constexpr (EARLY) has_next = K::get_task(g, next_id, next);
+            int next_id;
+            if constexpr (DYNAMIC) {
+                next_id = queue.read(n, next, has_next);
+            } else {
+                next_id = id + gridDim.x;
+                if constexpr (EARLY) has_next = K::get_task(g, next_id, next);
+            }
             const bool next_seen = EARLY && has_next;
             consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, next_id, next, next_seen};
             consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, next_id, next, false};
