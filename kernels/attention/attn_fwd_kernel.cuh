@@ -29,7 +29,7 @@
 namespace tk_attention {
 using namespace kittens;
 
-template <typename T, int D, bool CAUSAL> struct attn_fwd {
+template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_fwd {
     static_assert(D == 64 || D == 128, "attention forward supports head dimensions 64 and 128");
     static constexpr int NUM_CONSUMERS = 3;
     static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
@@ -43,6 +43,11 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
     // 64K file, which setmaxnreg only redistributes (the producer's task draw spilled at 24).
     // (ptxas reports the 128 per thread that 512 threads allow at entry; this code fits them without spills.)
     static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 160;
+    // NARROW_TAIL: a consumer's last tile (cut by its diagonal or the sequence end) runs as a 64-, 128- or
+    // KV-key product, whichever is the narrowest that holds the keys it sees. It needs key tiles one swizzle
+    // chunk wide (D = 64) and pays only where such tiles are many: the narrow bodies make the kernel 40% longer,
+    // and that alone costs 2-3% per tile (H100; see attn_fwd_launch.cuh for where it is used).
+    static_assert(!NARROW_TAIL || D == 64, "attention forward: narrow tail tiles need D = 64");
     static constexpr bool DYNAMIC_TASKS = true;
     static constexpr bool LOOKUP_NEXT_EARLY = true; // setup prefetches the next task's Q
 
@@ -156,19 +161,20 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         wait(c.output.q_arrived[slot][c.consumer], (c.state.tasks >> 1) & 1);
     }
 
-    __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
-        const int key0 = c.iter * KV;
-        const int diag = c.g.kv_len - c.g.q_len; // causal: row i sees keys <= i + diag
-        const int row0 = first_row(c.g, c.task, c.consumer);
-        // Nothing to do: an idle consumer of the ragged block, or (causal) a tile past every row's diagonal (and
-        // so are later tiles).
-        if (idle(c.g, row0) || (CAUSAL && key0 > row0 + Q_ROWS - 1 + diag)) return;
-        rt_fl<16, KV> s;
-        warpgroup::mm_ABt(s, q_of(c), c.input.k);
+    // The first W keys of a key (or value) tile as a wgmma operand.
+    template <int W> __device__ static inline const st<T, W, D> &leading(const kv_tile &t) {
+        if constexpr (W == KV) return t;
+        else return t.template top_rows<W>();
+    }
+
+    // One tile's step for this consumer over its first W keys (the rest, if any, are masked for all its rows).
+    template <int W> __device__ static inline void tile_step(lcsf::consumer_args<attn_fwd> &c, int key0, int row0, int diag) {
+        rt_fl<16, W> s;
+        warpgroup::mm_ABt(s, q_of(c), leading<W>(c.input.k));
         warpgroup::mma_async_wait(s);
 
-        const bool ragged = key0 + KV > c.g.kv_len;
-        const bool diagonal = CAUSAL && key0 + KV - 1 > row0 + diag;
+        const bool ragged = key0 + W > c.g.kv_len;
+        const bool diagonal = CAUSAL && key0 + W - 1 > row0 + diag;
         if (ragged || diagonal) {
             const int row = row0 + 16 * warpgroup::warpid() + laneid() / 4;
             int last_key[2] = {c.g.kv_len - 1, c.g.kv_len - 1};
@@ -180,12 +186,37 @@ template <typename T, int D, bool CAUSAL> struct attn_fwd {
         }
         float rescale[2];
         if (softmax_step(s, c.state.stats, c.g.scale_log2, rescale)) scale_rows(c.state.o, rescale);
-        rt<T, 16, KV> p;
+        rt<T, 16, W> p;
         to_type(p, s);
-        warpgroup::mma_AB(c.state.o, p, c.input.v);
+        warpgroup::mma_AB(c.state.o, p, leading<W>(c.input.v));
         // Waited at once: leaving it in flight past this call (to overlap it with the next tile) makes ptxas
         // serialise every wgmma of the kernel, since P's registers die here. The other consumers fill the gap.
         warpgroup::mma_async_wait(c.state.o);
+    }
+
+    // The narrowest of the widths W, Ws... (ascending, the last = KV) that holds the `seen` leading keys.
+    template <int W, int... Ws> __device__ static inline void narrowest_step(lcsf::consumer_args<attn_fwd> &c, int seen, int key0, int row0, int diag) {
+        if constexpr (sizeof...(Ws) == 0) tile_step<W>(c, key0, row0, diag);
+        else if (seen <= W) tile_step<W>(c, key0, row0, diag);
+        else narrowest_step<Ws...>(c, seen, key0, row0, diag);
+    }
+
+    __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
+        const int key0 = c.iter * KV;
+        const int diag = c.g.kv_len - c.g.q_len; // causal: row i sees keys <= i + diag
+        const int row0 = first_row(c.g, c.task, c.consumer);
+        // Nothing to do: an idle consumer of the ragged block, or (causal) a tile past every row's diagonal (and
+        // so are later tiles).
+        if (idle(c.g, row0) || (CAUSAL && key0 > row0 + Q_ROWS - 1 + diag)) return;
+        if constexpr (NARROW_TAIL) {
+            // Keys of this tile that some row of this consumer sees: a tile cut by the diagonal or the sequence
+            // end runs as the narrowest product that holds them.
+            int seen = c.g.kv_len - key0;
+            if constexpr (CAUSAL) seen = min(seen, row0 + Q_ROWS + diag - key0);
+            narrowest_step<64, 128, KV>(c, seen, key0, row0, diag);
+        } else {
+            tile_step<KV>(c, key0, row0, diag);
+        }
     }
 
     // O / l through the consumer's Q slot and one TMA store; the LSE straight from registers.

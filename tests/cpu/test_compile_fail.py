@@ -27,7 +27,8 @@ __global__ void kernel(const __grid_constant__ layout g, const CUtensorMap **map
     rt<half, 16, 16> b;
     rv_fl<16> v;
     __shared__ st_fp8e4m3<64, 32> s;
-    out[threadIdx.x] = float(sizeof(a) + sizeof(b) + sizeof(v) + sizeof(s));
+    __shared__ st_bf<64, 64> t;
+    out[threadIdx.x] = float(sizeof(a) + sizeof(b) + sizeof(v) + sizeof(s)) + float(t.top_rows<32>()(0, 0));
     *maps = g.get_tma<st_bf<64, 64>>();
 }
 

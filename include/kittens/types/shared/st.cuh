@@ -79,6 +79,14 @@ template <typename _T, int _rows, int _cols> struct alignas(1024) st {
         return *reinterpret_cast<chunk_t *>(reinterpret_cast<char *>(data) + k * chunk_bytes);
     }
     template <int k> __device__ inline const chunk_t &chunk() const { return const_cast<st *>(this)->template chunk<k>(); }
+    // The first R rows viewed as a tile of their own, for a tile that is one column chunk wide (its rows are then
+    // stored one after another): e.g. the leading keys of a key tile, as a narrower wgmma operand.
+    template <int R> __device__ inline st<T, R, cols> &top_rows() {
+        static_assert(chunks == 1, "st::top_rows<R>: only a tile one swizzle chunk wide stores its rows contiguously");
+        static_assert(R > 0 && R <= rows, "st::top_rows<R>: R must be 1 .. rows");
+        return *reinterpret_cast<st<T, R, cols> *>(data);
+    }
+    template <int R> __device__ inline const st<T, R, cols> &top_rows() const { return const_cast<st *>(this)->template top_rows<R>(); }
     // The same with k known only at run time (0 <= k < chunks, unchecked).
     __device__ inline chunk_t &chunk(int k) {
         static_assert(chunk_bytes % 1024 == 0, "st::chunk(k): a chunk must keep the 1 KB alignment of a tile");
