@@ -110,12 +110,11 @@ template <typename K> struct task_queue {
             init_semaphore(empty[s], consumer_warps);
         }
     }
-    // One producer thread: draw the next id, look it up and publish both as publication n. Returns whether the
-    // task exists; the task itself stays readable in the slot (`published`) until publication n + 2.
-    __device__ inline bool publish(const typename K::globals &g, int n) {
+    // One producer thread: look task `id` up and publish it as publication n. Returns whether the task exists;
+    // the task itself stays readable in the slot (`published`) until publication n + 2.
+    __device__ inline bool publish(const typename K::globals &g, int n, int id) {
         const int s = n & 1;
         wait(empty[s], ((n >> 1) & 1) ^ 1); // the first use of each slot passes at once
-        const int id = atomicAdd(g.task_counter, 1) + int(gridDim.x);
         ids[s] = id;
         valid[s] = K::get_task(g, id, tasks[s]);
         arrive(full[s]); // release: the slot is visible to whoever acquires this phase
@@ -186,15 +185,19 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     typename K::input_block(&inputs)[STAGES] = al.allocate<typename K::input_block, STAGES>();
     typename K::output_block &output = al.allocate<typename K::output_block>();
     __shared__ semaphore arrived[STAGES], finished[STAGES];
-    __shared__ task_queue<K> queue; // used with DYNAMIC_TASKS only
+    __shared__ task_queue<K> queue; // used with QUEUE only
     constexpr bool DYNAMIC = dynamic_tasks<K>();
+    // With the dynamic schedule the producer draws every next task, looks it up and hands it over through `queue`.
+    // (The same hand-over for the static GEMM, whose consumers look the next task up during the current one, cost
+    // 3-6% at K = 256: there the producer's extra work delays the next task's first loads.)
+    constexpr bool QUEUE = DYNAMIC;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             init_semaphore(arrived[s], 1);              // the producer's expect is the one arrival
             init_semaphore(finished[s], CONSUMER_WARPS); // one arrival per consumer warp
         }
-        if constexpr (DYNAMIC) queue.init(CONSUMER_WARPS);
+        if constexpr (QUEUE) queue.init(CONSUMER_WARPS);
     }
     __syncthreads();
 
@@ -206,20 +209,22 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             bool more = K::get_task(g, blockIdx.x, task);
             for (int id = blockIdx.x, n = 0; more; n++) {
                 bool has_next = false;
-                if constexpr (DYNAMIC) has_next = queue.publish(g, n);
+                int next_id = id + int(gridDim.x);
+                if constexpr (DYNAMIC) next_id = atomicAdd(g.task_counter, 1) + int(gridDim.x);
+                if constexpr (QUEUE) has_next = queue.publish(g, n, next_id);
                 for (int i = 0; i < task.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
                     producer_args<K> a{g, inputs[s], arrived[s], task, i};
                     K::load(a);
                 }
-                if constexpr (DYNAMIC) {
+                if constexpr (QUEUE) {
                     more = has_next;
                     if (more) task = queue.published(n);
                 } else {
-                    id += gridDim.x;
-                    more = K::get_task(g, id, task);
+                    more = K::get_task(g, next_id, task);
                 }
+                id = next_id;
             }
         }
     } else { // consumers
@@ -238,13 +243,13 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             // Kernels that overlap their epilogue with the next task, or ask for it, look that task up during this
             // one, while tensor-core work runs: at the boundary its integer divisions sat between one task's last
             // wgmma and the next one's first (GEMM, H100: ~350 of ~7000 cycles per 4096x4096x256 task). Others
-            // keep the registers (the attention backward spills with the lookup held across its loop). With the
-            // dynamic schedule the producer has looked the next task up already: it is copied, early or not.
-            constexpr bool EARLY = lookup_next_early<K>() || DYNAMIC;
+            // keep the registers (the attention backward spills with the lookup held across its loop). Where the
+            // producer hands tasks over (QUEUE), it has looked the next one up already: it is copied, early or not.
+            constexpr bool EARLY = lookup_next_early<K>() || QUEUE;
             typename K::task next;
             bool has_next = false;
             int next_id;
-            if constexpr (DYNAMIC) {
+            if constexpr (QUEUE) {
                 next_id = queue.read(n, next, has_next);
             } else {
                 next_id = id + gridDim.x;
