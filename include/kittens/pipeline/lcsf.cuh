@@ -206,25 +206,24 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
         if (warpgroup::warpid() == 0 && laneid() == 0) {
             int ring = 0; // stages issued so far, across tasks
-            bool more = K::get_task(g, blockIdx.x, task);
-            for (int id = blockIdx.x, n = 0; more; n++) {
-                bool has_next = false;
-                int next_id = id + int(gridDim.x);
-                if constexpr (DYNAMIC) next_id = atomicAdd(g.task_counter, 1) + int(gridDim.x);
-                if constexpr (QUEUE) has_next = queue.publish(g, n, next_id);
+            auto load_stages = [&] {
                 for (int i = 0; i < task.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
                     producer_args<K> a{g, inputs[s], arrived[s], task, i};
                     K::load(a);
                 }
-                if constexpr (QUEUE) {
+            };
+            if constexpr (QUEUE) {
+                bool more = K::get_task(g, blockIdx.x, task);
+                for (int n = 0; more; n++) {
+                    const bool has_next = queue.publish(g, n, atomicAdd(g.task_counter, 1) + int(gridDim.x));
+                    load_stages();
                     more = has_next;
                     if (more) task = queue.published(n);
-                } else {
-                    more = K::get_task(g, next_id, task);
                 }
-                id = next_id;
+            } else {
+                for (int id = blockIdx.x; K::get_task(g, id, task); id += gridDim.x) load_stages();
             }
         }
     } else { // consumers
