@@ -206,11 +206,11 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
         if (warpgroup::warpid() == 0 && laneid() == 0) {
             int ring = 0; // stages issued so far, across tasks
-            auto load_stages = [&] {
-                for (int i = 0; i < task.iters; i++, ring++) {
+            auto load_stages = [&](const typename K::task &t) {
+                for (int i = 0; i < t.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
-                    producer_args<K> a{g, inputs[s], arrived[s], task, i};
+                    producer_args<K> a{g, inputs[s], arrived[s], t, i};
                     K::load(a);
                 }
             };
@@ -218,12 +218,12 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
                 bool more = K::get_task(g, blockIdx.x, task);
                 for (int n = 0; more; n++) {
                     const bool has_next = queue.publish(g, n, atomicAdd(g.task_counter, 1) + int(gridDim.x));
-                    load_stages();
+                    load_stages(task);
                     more = has_next;
                     if (more) task = queue.published(n);
                 }
             } else {
-                for (int id = blockIdx.x; K::get_task(g, id, task); id += gridDim.x) load_stages();
+                for (int id = blockIdx.x; K::get_task(g, id, task); id += gridDim.x) load_stages(task);
             }
         }
     } else { // consumers
