@@ -13,12 +13,12 @@
 //   S^T = K Q^T, dP^T = V dO^T         (wgmma, both operands in shared memory)
 //   P^T, dS^T                          (registers; P from the saved LSE, so no running statistics)
 //   dV += P^T dO, dK += dS^T Q         (wgmma, A from registers)
-// dQ needs every key of the block, so both consumers write their dS^T to shared memory, meet at a barrier,
-// and split the dQ product between them:
-//   D = 64  (BLOCK_Q = 128): consumer e computes query rows 64e.. of dQ = dS K
-//   D = 128 (BLOCK_Q = 64):  consumer e computes columns 64e.. of dQ = dS K
-// and adds its 64 x 64 fp32 piece into a global fp32 dQ accumulator with a TMA reduce-add (other blocks
-// add the other key blocks' shares). The host turns the accumulator into the output dtype afterwards.
+// dQ needs every key of the block, so both consumers write their dS^T to shared memory, and the consumers
+// take turns computing a tile's dQ = dS K: consumer (step % 2) owns step `step`. The owner waits for the
+// other's dS^T, computes the whole BLOCK_Q x D product and adds it into a global fp32 dQ accumulator with
+// TMA reduce-adds (other blocks add the other key blocks' shares); the other consumer only signals and goes
+// on to its next tile. The two warpgroups are then never held in step: one's exponentials overlap the
+// other's products. The host turns the accumulator into the output dtype afterwards.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
@@ -41,12 +41,17 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     static constexpr int BLOCK_Q = D == 64 ? 128 : 64;
     static constexpr int INPUT_STAGES = 2;
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
-    static constexpr int CONSUMERS_BARRIER = 5; // named barrier of the two consumer warpgroups (ids 1-2 are theirs)
+    // Named barriers of the two consumer warpgroups (ids 1-2 are each warpgroup's own). Step parity p is owned by
+    // consumer p, and the other consumer arrives where the owner syncs: DS_READY + p, the other's dS^T is in
+    // shared memory; DQ_FREE + p, the other's previous dQ reduce-add has read the staging tiles. One id per
+    // parity, so that an arrival can never pair with the same consumer's next one: a consumer arrives on a
+    // parity's barrier again only after the owner has passed it.
+    static constexpr int CONSUMERS_BARRIER = 5, DS_READY = 6, DQ_FREE = 8;
 
     using q_tile = st<T, BLOCK_Q, D>;   // Q and dO
     using kv_tile = st<T, KEYS, D>;     // one consumer's K or V rows
     using ds_tile = st<T, KEYS, BLOCK_Q>; // one consumer's dS^T
-    using dq_piece = st<float, 64, 64>;  // one consumer's share of a dQ tile, as added to global memory
+    using dq_piece = st<float, 64, 64>;  // a quarter of a dQ tile (rows 64j.. at D = 64, columns 64j.. at D = 128)
     using row_vec = sv<float, BLOCK_Q>;  // LSE or delta of a query tile
     using q_gl = gl<T, -1, -1, -1, D, q_tile>;
     using kv_gl = gl<T, -1, -1, -1, D, kv_tile>;
@@ -70,8 +75,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     };
     struct output_block {
         kv_tile k[NUM_CONSUMERS], v[NUM_CONSUMERS];
-        ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: written before, read after the shared barrier
-        dq_piece dq[NUM_CONSUMERS];
+        ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: read by that parity's owner
+        dq_piece dq[2];               // the step's dQ tile on its way to global memory (both halves)
         semaphore kv_arrived[NUM_CONSUMERS];
     };
     struct consumer_state {
@@ -193,25 +198,37 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
             }
     }
 
-    // This consumer's 64 x 64 share of the dQ tile, dS K summed over both consumers' keys: D = 64, query rows
-    // 64e.. (A = that column chunk of dS^T); D = 128, dQ columns 64e.. (B = that column chunk of K).
-    __device__ static inline void dq_product(lcsf::consumer_args<attn_bwd> &c, rt_fl<16, 64> &acc, int parity) {
+    // The owner's dQ tile, dS K summed over both consumers' keys, as two 64 x 64 halves: D = 64, query rows 64j..
+    // (A = that column chunk of dS^T); D = 128, one 64 x 128 product whose columns 64j.. are half j.
+    using dq_acc = std::conditional_t<D == 64, rt_fl<16, 64>[2], rt_fl<16, 128>>;
+    __device__ static inline void dq_product(lcsf::consumer_args<attn_bwd> &c, dq_acc &acc, int parity) {
         auto &ds = c.output.ds[parity];
         auto &k = c.output.k;
-        const int e = c.consumer;
         if constexpr (D == 64) {
-            warpgroup::mm_AtB(acc, ds[0].chunk(e), k[0]);
-            warpgroup::mma_AtB(acc, ds[1].chunk(e), k[1], wgmma::chained);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                warpgroup::mm_AtB(acc[j], ds[0].chunk(j), k[0]);
+                warpgroup::mma_AtB(acc[j], ds[1].chunk(j), k[1], wgmma::chained);
+            }
+            warpgroup::mma_async_wait(acc[0], acc[1]);
         } else {
-            warpgroup::mm_AtB(acc, ds[0], k[0].chunk(e));
-            warpgroup::mma_AtB(acc, ds[1], k[1].chunk(e), wgmma::chained);
+            warpgroup::mm_AtB(acc, ds[0], k[0]);
+            warpgroup::mma_AtB(acc, ds[1], k[1], wgmma::chained);
+            warpgroup::mma_async_wait(acc);
+        }
+    }
+    __device__ static inline void dq_half(const dq_acc &acc, rt_fl<16, 64> &half, int j) {
+        if constexpr (D == 64) {
+            half = acc[j];
+        } else {
+#pragma unroll
+            for (int t = 0; t < 4; t++) half.tiles[0][t] = acc.tiles[0][4 * j + t];
         }
     }
 
-    // The wgmma groups of one step, in issue order: S and dP | dV, dK | dQ (two). dV and dK are queued before
-    // the barrier that dQ needs, so the tensor cores work through them while the consumers store dS^T and meet.
-    // (Variants that issued dV before computing dS, or dK after the barrier, measured 5-25% slower; see
-    // docs/perf-notes.md.)
+    // The wgmma groups of one step, in issue order: S and dP | dV, dK | (owner) dQ. dV and dK are queued before
+    // dS^T goes to shared memory. (Variants that issued dV before computing dS, or dK later, measured 5-25%
+    // slower; see docs/perf-notes.md.)
     __device__ static inline void compute(lcsf::consumer_args<attn_bwd> &c) {
         const int e = c.consumer, parity = c.state.steps & 1;
         c.state.steps++;
@@ -221,9 +238,6 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         rt_fl<16, BLOCK_Q> s, dp;
         warpgroup::mm_ABt(s, c.output.k[e], c.input.q);
         warpgroup::mm_ABt(dp, c.output.v[e], c.input.dout);
-        // The previous dQ piece's TMA add must be done reading the staging tile before it is rewritten below;
-        // the shared barrier after this orders that for the whole warpgroup.
-        if (warpgroup::laneid() == 0) tma::store_async_read_wait();
         warpgroup::mma_async_wait(s, dp);
 
         const int key0 = c.task.k_block * BLOCK_K + e * KEYS;
@@ -236,21 +250,38 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         else gradients<false>(c.g, c.input, s, dp, p, ds, key_row, q0);
         warpgroup::mma_AB(c.state.dv, p, c.input.dout);
         warpgroup::mma_AB(c.state.dk, ds, c.input.q);
+        // ds[parity] was last read by this parity's owner two steps ago. For the owner that is program order; the
+        // other consumer owned the step in between and passed its DS_READY, which the owner only reached after it
+        // had finished that read. No barrier needed here.
         warpgroup::store(c.output.ds[parity][e], ds);
         tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
-        consumers_sync();
+        const bool owner = parity == e;
+        if (!owner) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may start its dQ now
+        warpgroup::mma_async_wait(c.state.dk, c.state.dv);
 
-        rt_fl<16, 64> dq;
+        if (!owner) { // free the staging tiles for the owner, then go on to the next tile
+            if (warpgroup::laneid() == 0) tma::store_async_read_wait(); // this consumer's last dQ add has read them
+            group<2 * WARPGROUP_WARPS>::arrive(DQ_FREE + parity);
+            return;
+        }
+        group<2 * WARPGROUP_WARPS>::sync(DS_READY + parity);
+        dq_acc dq;
         dq_product(c, dq, parity);
-        warpgroup::mma_async_wait(dq, c.state.dk, c.state.dv);
-
-        dq_piece &out = c.output.dq[e];
-        warpgroup::store(out, dq);
+        group<2 * WARPGROUP_WARPS>::sync(DQ_FREE + parity);
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            rt_fl<16, 64> half;
+            dq_half(dq, half, j);
+            warpgroup::store(c.output.dq[j], half);
+        }
         tma::store_fence();
         warpgroup::sync(e + 1);
         if (warpgroup::laneid() == 0) {
-            const coord at = D == 64 ? coord{c.task.b, h, qt * NUM_CONSUMERS + e, 0} : coord{c.task.b, h, qt, e};
-            tma::store_add_async(c.g.dq, out, at);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const coord at = D == 64 ? coord{c.task.b, h, qt * 2 + j, 0} : coord{c.task.b, h, qt, j};
+                tma::store_add_async(c.g.dq, c.output.dq[j], at);
+            }
             tma::store_commit_group();
         }
     }

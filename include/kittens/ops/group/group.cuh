@@ -25,6 +25,12 @@ template <int N_WARPS> struct group {
         int bar = id < 0 ? 1 + groupid() : id;
         asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "n"(GROUP_THREADS) : "memory");
     }
+    // Signal named barrier `id` without waiting: with a barrier of N threads shared by two parties, one arrives
+    // (its writes before the arrival are visible to the other) while the other syncs. The id must not be
+    // reused by the arriving side before the waiting side has passed it, or both of its uses count at once.
+    __device__ static inline void arrive(int id) {
+        asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(GROUP_THREADS) : "memory");
+    }
 
 #include "memory/memory.cuh"
 #include "shared/shared.cuh"
