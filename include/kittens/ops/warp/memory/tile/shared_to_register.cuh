@@ -117,6 +117,29 @@ __device__ inline void store_rt_st(ST &dst, const RT &src, int row0, int row_ste
                 stmatrix_x4<!RT::is_row>(dst.idx(row0 + h * row_step + lr, col0 + x * TILE_DIM + lc), v);
             }
         }
+    } else if constexpr (RT::is_row && sizeof(typename ST::T) == 4 && ST::swizzle_bytes == 128 && RT::width % 2 == 0) {
+        // 32-bit elements, 128-byte swizzle: one 8-byte store per lane covers 8 rows x 32 bytes, and rows r and r ^ 1
+        // land on the same banks (the swizzle XORs their 16-byte units with r), so each half-warp takes two
+        // wavefronts. Lanes of odd rows store the neighbouring base tile instead (16 columns on: other banks), and
+        // the other one in the second store of the pair: one wavefront per half-warp, same instruction count.
+        const bool swap = (lane / 4) & 1;
+#pragma unroll
+        for (int h = 0; h < RT::height; h++) {
+#pragma unroll
+            for (int x = 0; x < RT::width; x += 2) {
+#pragma unroll
+                for (int k = 0; k < RT::packed_per_tile; k++) {
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        const bool second = (i == 1) != swap; // this lane's tile of the pair: x or x + 1
+                        const int r = row0 + h * row_step + frag_row<true>(k, lane);
+                        const int c = col0 + (x + int(second)) * TILE_DIM + frag_col<true>(k, lane);
+                        const auto v = second ? src.tiles[h][x + 1].data[k] : src.tiles[h][x].data[k];
+                        *reinterpret_cast<ST2 *>(dst.ptr(r, c)) = convert<ST2>(v);
+                    }
+                }
+            }
+        }
     } else {
 #pragma unroll
         for (int h = 0; h < RT::height; h++) {
