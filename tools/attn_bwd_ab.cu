@@ -1,0 +1,128 @@
+// One-process A/B of the attention backward's main kernel (tools/attn_bwd_ab.sh builds it): A is the kernel of a
+// git revision (namespace tk_rev), B the working tree's, on the same inputs (B = 16384 / N, 16 heads, random bf16
+// in [-1, 1), O and LSE from the forward). Per configuration: both times, the ratio B / A, dK and dV compared bit
+// for bit and dQ (added in nondeterministic order) by relative error.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "attn_bwd_launch.cuh"
+#include "attn_bwd_rev.cuh"
+#include "timeline.cuh"
+
+using namespace tk_attention;
+using kittens::bf16;
+
+#define CHECK(...)                                                                                                     \
+    do {                                                                                                               \
+        if (cudaError_t e_ = (__VA_ARGS__); e_ != cudaSuccess) {                                                       \
+            std::printf("%s: %s\n", #__VA_ARGS__, cudaGetErrorString(e_));                                            \
+            std::exit(1);                                                                                              \
+        }                                                                                                              \
+    } while (0)
+
+__global__ void fill_random(bf16 *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t x = uint32_t(i) * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        p[i] = __float2bfloat16((x & 0xffff) / 32768.f - 1.f);
+    }
+}
+
+template <typename T> T *device_alloc(size_t n) {
+    T *p = nullptr;
+    CHECK(cudaMalloc(&p, n * sizeof(T)));
+    return p;
+}
+
+template <typename T> std::vector<T> to_host(const T *p, size_t n) {
+    std::vector<T> h(n);
+    CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+struct gradients {
+    std::vector<bf16> dk, dv;
+    std::vector<float> dq;
+};
+
+template <int D, bool CAUSAL> void compare(int n, int reps) {
+    const int b = 16384 / n, h = 16;
+    const size_t elems = size_t(b) * h * n * D, rows = size_t(b) * h * padded_q_len(n);
+    const int64_t sb = int64_t(h) * n * D, sh = int64_t(n) * D, sn = D; // dense (B, H, N, D)
+    bf16 *q = device_alloc<bf16>(elems), *k = device_alloc<bf16>(elems), *v = device_alloc<bf16>(elems);
+    bf16 *o = device_alloc<bf16>(elems), *dout = device_alloc<bf16>(elems);
+    bf16 *dk = device_alloc<bf16>(elems), *dv = device_alloc<bf16>(elems);
+    float *lse = device_alloc<float>(size_t(b) * h * n), *lse2 = device_alloc<float>(rows);
+    float *delta = device_alloc<float>(rows), *dq = device_alloc<float>(elems);
+    int *counter = device_alloc<int>(1);
+    uint32_t seed = 1;
+    for (bf16 *t : {q, k, v, dout}) fill_random<<<1024, 256>>>(t, elems, seed++);
+
+    const float scale = 1.f / std::sqrt(float(D));
+    auto in = [&](const bf16 *t) { return tensor4{t, sb, sh, sn}; };
+    auto out = [&](void *t) { return out4{t, sb, sh, sn}; };
+    const fwd_problem f{in(q), in(k), in(v), out(o), lse, counter, b, h, h, n, n, D, CAUSAL, scale, dtype::bf16};
+    CHECK(D == 64 ? forward_d64(f, 0) : forward_d128(f, 0));
+    const bwd_problem p{in(q), in(k), in(v), in(o), in(dout), lse, lse2, delta, out(dq), out(dk), out(dv),
+                        b, h, h, n, n, D, CAUSAL, scale, dtype::bf16};
+    CHECK(backward_prepare(p, 0));
+    auto run_a = [&] { CHECK(launch_backward<tk_rev::attn_bwd<bf16, D, CAUSAL>>(p, 0)); };
+    auto run_b = [&] { CHECK(launch_backward<attn_bwd<bf16, D, CAUSAL>>(p, 0)); };
+
+    auto grads_of = [&](auto launch) {
+        CHECK(cudaMemset(dq, 0, elems * sizeof(float)));
+        launch();
+        CHECK(cudaDeviceSynchronize());
+        return gradients{to_host(dk, elems), to_host(dv, elems), to_host(dq, elems)};
+    };
+    const gradients ga = grads_of(run_a), gb = grads_of(run_b);
+    const bool same_dkdv = !std::memcmp(ga.dk.data(), gb.dk.data(), elems * sizeof(bf16)) &&
+                           !std::memcmp(ga.dv.data(), gb.dv.data(), elems * sizeof(bf16));
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < elems; i++) {
+        diff += double(ga.dq[i] - gb.dq[i]) * (ga.dq[i] - gb.dq[i]);
+        norm += double(ga.dq[i]) * ga.dq[i];
+    }
+
+    // 300 ms of warm-up so the clocks settle, then A and B in a symmetric order.
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    CHECK(cudaEventRecord(e0));
+    for (float ms = 0; ms < 300;) {
+        for (int i = 0; i < 5; i++) run_a();
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    }
+    double ta = 0, tb = 0;
+    for (char which : {'A', 'B', 'B', 'A', 'B', 'A', 'A', 'B'}) {
+        if (which == 'A') ta += timeline::time_us(run_a, reps) / 4;
+        else tb += timeline::time_us(run_b, reps) / 4;
+    }
+    const double flops = 2.5 * 4.0 * b * h * double(n) * n * D / (CAUSAL ? 2 : 1);
+    std::printf("D=%3d causal=%d N=%5d  A %8.1f us (%4.0f TF)  B %8.1f us (%4.0f TF)  time B / A %.3f  dK dV %s  dQ rel %.1e\n",
+                D, int(CAUSAL), n, ta, flops / ta / 1e6, tb, flops / tb / 1e6, tb / ta, same_dkdv ? "same" : "DIFFER",
+                std::sqrt(diff / norm));
+    for (void *t : {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, (void *)dk, (void *)dv, (void *)lse,
+                    (void *)lse2, (void *)delta, (void *)dq, (void *)counter})
+        CHECK(cudaFree(t));
+}
+
+int main(int argc, char **argv) {
+    std::vector<int> lens = {1024, 2048, 4096, 8192, 16384};
+    if (argc > 1) {
+        lens.clear();
+        for (int i = 1; i < argc; i++) lens.push_back(std::atoi(argv[i]));
+    }
+    auto reps = [](int n) { return n >= 8192 ? 5 : 20; };
+    for (int n : lens) compare<64, false>(n, reps(n));
+    for (int n : lens) compare<64, true>(n, reps(n));
+    for (int n : lens) compare<128, false>(n, reps(n));
+    for (int n : lens) compare<128, true>(n, reps(n));
+}
