@@ -28,8 +28,12 @@ enum class major { k, mn };
 // SPLIT_K: for outputs too small to give every SM a block, the contraction is cut into g.splits ranges of
 // g.k_per_split iterations; each task adds its fp32 partial block into C (T_OUT = float, zeroed by the host)
 // with a TMA reduce-add.
+// PHASES: blocks write their output PHASES ways apart within a task (LCSF STORE_PHASES). The blocks otherwise run in
+// near lockstep and all write a task's block at the same moment, a burst the memory system drains slower than the
+// same bytes spread out.
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
-          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false, bool SPLIT_K = false>
+          bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false, bool SPLIT_K = false,
+          int PHASES = 1>
 struct gemm {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
@@ -37,6 +41,7 @@ struct gemm {
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
     static constexpr int NUM_CONSUMERS = CONSUMERS, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
+    static constexpr int STORE_PHASES = PHASES;
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
     static constexpr int BM = 64 * NUM_CONSUMERS, BLOCK_N = BN;
     static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice

@@ -35,6 +35,8 @@
 //                                                       one all P after its first compute, so the tensor cores
 //                                                       keep working through the epilogue; after the last task,
 //                                                       all of them.
+//   static constexpr int STORE_PHASES = F;              block x starts those pieces (x % F) / F of a task later,
+//                                                       so that only 1 / F of the SMs write at once.
 // and optionally, to balance tasks of uneven length:
 //   static constexpr bool DYNAMIC_TASKS = true;         a block's first task is still blockIdx.x, later ones are
 //   globals::task_counter (int*, zero at launch)         drawn from this counter (gridDim.x + n for the n-th draw),
@@ -146,14 +148,21 @@ template <typename K> constexpr bool has_deferred_store() {
 // pays when the task has stages to spare: with every stage followed by a piece, each stage waits for one
 // (GEMM, H100: 4096x4096x512 27.6 us spread vs 28.5 all at once, 4096x4096x1024 47.0 vs 48.4; but
 // 8192x8192x256, 4 stages for 4 pieces, 67.1 vs 62.5).
+template <typename K> constexpr int store_phases() {
+    if constexpr (requires { K::STORE_PHASES; }) return K::STORE_PHASES;
+    else return 1;
+}
 template <typename K> __device__ inline void store_pieces_after(int i, int iters, int &first, int &last) {
-    constexpr int P = K::STORE_PIECES;
+    constexpr int P = K::STORE_PIECES, PHASES = store_phases<K>();
+    const int phase = PHASES > 1 ? int(blockIdx.x % PHASES) : 0;
     if (iters >= 2 * P) {
-        first = i < P ? i : P;
-        last = i < P ? i + 1 : P;
+        const int j = i - phase * (iters - P) / PHASES;
+        first = j >= 0 && j < P ? j : P;
+        last = j < 0 ? 0 : j < P ? j + 1 : P;
     } else {
-        first = i == 0 ? 0 : P;
-        last = P;
+        const int start = phase * iters / PHASES;
+        first = i == start ? 0 : P;
+        last = i >= start ? P : 0;
     }
 }
 
