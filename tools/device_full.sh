@@ -9,7 +9,7 @@ t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps --no-index -q . > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 t1=$(date +%s); echo "extension build: $((t1 - t0)) s"
 python3 -c "from tests.gpu import tklib; import time; t=time.time(); tklib.build(); print(f'library test kernels build: {time.time()-t:.0f} s')"
-python3 -m pytest tests/ -q -p no:cacheprovider -ra ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1; echo "pytest exit $?"
+timeout 420 python3 -m pytest tests/ -q -p no:cacheprovider -ra ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1; echo "pytest exit $?"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
 if [ -n "${SANITIZE:-}" ]; then
   for script in gemm attention; do
