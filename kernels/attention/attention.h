@@ -48,7 +48,7 @@ struct bwd_problem {
     tensor4 o, dout;         // (batch, q_heads, q_len, head_dim)
     const float *lse;        // the forward's (batch, q_heads, q_len), contiguous
     float *lse2, *delta;     // scratch (batch, q_heads, padded_q_len), written by the preparation
-    out4 dq_accum;           // (batch, q_heads, q_len, head_dim) fp32, zeroed by the caller
+    out4 dq_accum;           // (batch, q_heads, q_len, head_dim) fp32 scratch, zeroed by the preparation
     out4 dk, dv;             // (batch, kv_heads, kv_len, head_dim), in the input dtype
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;

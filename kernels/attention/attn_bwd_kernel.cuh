@@ -62,7 +62,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         q_gl q, dout;
         kv_gl k, v;
         row_gl lse2, delta; // lse2: LSE * log2(e), +inf on padded rows and rows that see no key
-        dq_gl dq;           // fp32 accumulator, zeroed by the host
+        dq_gl dq;           // fp32 accumulator, zeroed by the preparation
         kv_gl dk, dv;       // (batch, kv_heads, kv_len, D), any TMA-legal strides
         int kv_heads, group; // group: query heads per kv head
         int q_len, kv_len, q_tiles, k_blocks, num_tasks;

@@ -174,8 +174,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     const auto f32 = q_in.options().dtype(at::kFloat);
     const int64_t padded = tk_attention::padded_q_len(int(Nq));
     at::Tensor lse2 = at::empty({B, Hq, padded}, f32), delta = at::empty({B, Hq, padded}, f32);
-    // In dQ's memory order, so that the conversion at the end is a dense elementwise copy.
-    at::Tensor dq_accum = empty_like_order(q_in, at::kFloat).zero_();
+    // In dQ's memory order, so that the conversion at the end is a dense elementwise copy. The preparation zeroes it.
+    at::Tensor dq_accum = empty_like_order(q_in, at::kFloat);
 
     tk_attention::bwd_problem p{};
     describe_inputs(p, q, k, v, causal, scale);
