@@ -58,7 +58,8 @@ template <int D, bool CAUSAL> void compare(int n, int reps) {
     bf16 *o = device_alloc<bf16>(elems), *dout = device_alloc<bf16>(elems);
     bf16 *dk = device_alloc<bf16>(elems), *dv = device_alloc<bf16>(elems);
     float *lse = device_alloc<float>(size_t(b) * h * n), *lse2 = device_alloc<float>(rows);
-    float *delta = device_alloc<float>(rows), *dq = device_alloc<float>(elems);
+    const size_t acc_elems = rows * D; // the dense accumulator, padded rows included
+    float *delta = device_alloc<float>(rows), *dq = device_alloc<float>(acc_elems);
     int *counter = device_alloc<int>(1);
     uint32_t seed = 1;
     for (bf16 *t : {q, k, v, dout}) fill_random<<<1024, 256>>>(t, elems, seed++);
@@ -68,23 +69,31 @@ template <int D, bool CAUSAL> void compare(int n, int reps) {
     auto out = [&](void *t) { return out4{t, sb, sh, sn}; };
     const fwd_problem f{in(q), in(k), in(v), out(o), lse, counter, b, h, h, n, n, D, CAUSAL, scale, dtype::bf16};
     CHECK(D == 64 ? forward_d64(f, 0) : forward_d128(f, 0));
-    const bwd_problem p{in(q), in(k), in(v), in(o), in(dout), lse, lse2, delta, out(dq), out(dk), out(dv),
+    const bwd_problem p{in(q), in(k), in(v), in(o), in(dout), lse, lse2, delta, dq, out(dk), out(dv),
                         b, h, h, n, n, D, CAUSAL, scale, dtype::bf16};
     CHECK(backward_prepare(p, 0));
     auto run_a = [&] { CHECK(launch_backward<tk_rev::attn_bwd<bf16, D, CAUSAL>>(p, 0)); };
     auto run_b = [&] { CHECK(launch_backward<attn_bwd<bf16, D, CAUSAL>>(p, 0)); };
 
-    auto grads_of = [&](auto launch) {
-        CHECK(cudaMemset(dq, 0, elems * sizeof(float)));
+    // dQ as (b, h, padded row, d) whichever layout the kernel adds in.
+    const int padded = padded_q_len(n);
+    auto grads_of = [&](auto launch, bool transposed) {
+        CHECK(cudaMemset(dq, 0, acc_elems * sizeof(float)));
         launch();
         CHECK(cudaDeviceSynchronize());
-        return gradients{to_host(dk, elems), to_host(dv, elems), to_host(dq, elems)};
+        std::vector<float> acc = to_host(dq, acc_elems), rowwise(acc_elems);
+        for (size_t head = 0; head < size_t(b) * h; head++)
+            for (int i = 0; i < padded; i++)
+                for (int d = 0; d < D; d++)
+                    rowwise[(head * padded + i) * D + d] = transposed ? acc[(head * D + d) * padded + i] : acc[(head * padded + i) * D + d];
+        return gradients{to_host(dk, elems), to_host(dv, elems), rowwise};
     };
-    const gradients ga = grads_of(run_a), gb = grads_of(run_b);
+    const gradients ga = grads_of(run_a, dq_transposed<tk_rev::attn_bwd<bf16, D, CAUSAL>>()),
+                    gb = grads_of(run_b, dq_transposed<attn_bwd<bf16, D, CAUSAL>>());
     const bool same_dkdv = !std::memcmp(ga.dk.data(), gb.dk.data(), elems * sizeof(bf16)) &&
                            !std::memcmp(ga.dv.data(), gb.dv.data(), elems * sizeof(bf16));
     double diff = 0, norm = 0;
-    for (size_t i = 0; i < elems; i++) {
+    for (size_t i = 0; i < acc_elems; i++) {
         diff += double(ga.dq[i] - gb.dq[i]) * (ga.dq[i] - gb.dq[i]);
         norm += double(ga.dq[i]) * ga.dq[i];
     }

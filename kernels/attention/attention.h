@@ -48,7 +48,7 @@ struct bwd_problem {
     tensor4 o, dout;         // (batch, q_heads, q_len, head_dim)
     const float *lse;        // the forward's (batch, q_heads, q_len), contiguous
     float *lse2, *delta;     // scratch (batch, q_heads, padded_q_len), written by the preparation
-    out4 dq_accum;           // (batch, q_heads, q_len, head_dim) fp32 scratch, zeroed by the preparation
+    float *dq_accum;         // fp32 scratch, dq_accum_floats(*this), zeroed by the preparation (layout: below)
     out4 dk, dv;             // (batch, kv_heads, kv_len, head_dim), in the input dtype
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
@@ -56,9 +56,18 @@ struct bwd_problem {
     dtype type;
 };
 
+// The backward's fp32 dQ accumulator is dense: (batch, q_heads, head_dim, padded_q_len) where the kernel computes
+// dQ transposed (head_dim 64, see attn_bwd_kernel.cuh), else (batch, q_heads, padded_q_len, head_dim).
+constexpr bool dq_accum_transposed(int head_dim) { return head_dim == 64; }
+inline int64_t dq_accum_floats(const bwd_problem &p) {
+    return int64_t(p.batch) * p.q_heads * padded_q_len(p.q_len) * p.head_dim;
+}
+
 // Prepares lse2 / delta, then runs the backward kernel for head_dim 64 or 128 (dQ lands in dq_accum).
 cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
 cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream);
+// Writes dQ in the input dtype, (batch, q_heads, q_len, head_dim) with the given strides, from dq_accum.
+cudaError_t backward_convert_dq(const bwd_problem &p, out4 dq, cudaStream_t stream);
 cudaError_t backward_d64(const bwd_problem &p, cudaStream_t stream);
 cudaError_t backward_d128(const bwd_problem &p, cudaStream_t stream);
 

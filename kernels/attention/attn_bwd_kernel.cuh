@@ -51,12 +51,17 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     using q_tile = st<T, BLOCK_Q, D>;   // Q and dO
     using kv_tile = st<T, KEYS, D>;     // one consumer's K or V rows
     using ds_tile = st<T, KEYS, BLOCK_Q>; // one consumer's dS^T
-    using dq_piece = st<float, 64, 64>;  // half j of a dQ tile (rows 64j.. at D = 64, columns 64j.. at D = 128)
+    using dq_piece = st<float, 64, 64>;  // columns 64j.. of the owner's dQ (D = 128) or dQ^T (D = 64) tile
     using row_vec = sv<float, BLOCK_Q>;  // LSE or delta of a query tile
     using q_gl = gl<T, -1, -1, -1, D, q_tile>;
     using kv_gl = gl<T, -1, -1, -1, D, kv_tile>;
     using row_gl = gl<float, 1, -1, -1, -1, row_vec>; // (1, batch, q_heads, q_len padded to BLOCK_Q)
-    using dq_gl = gl<float, -1, -1, -1, D, dq_piece>;
+    // D = 64 computes dQ transposed (dQ^T = K^T dS^T, one m64n128 product: 48 KB of shared operands per tile
+    // instead of 64 KB for two m64n64 halves of dS K), so its accumulator is (batch, q_heads, D, padded q_len);
+    // D = 128 keeps (batch, q_heads, q_len, D). Either way a dense fp32 scratch that the preparation zeroes and
+    // backward_convert_dq turns into dQ.
+    static constexpr bool DQ_TRANSPOSED = D == 64;
+    using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
 
     struct globals {
         q_gl q, dout;
@@ -198,32 +203,25 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
             }
     }
 
-    // The owner's dQ tile, dS K summed over both consumers' keys, as two 64 x 64 halves: D = 64, query rows 64j..
-    // (A = that column chunk of dS^T); D = 128, one 64 x 128 product whose columns 64j.. are half j.
-    using dq_acc = std::conditional_t<D == 64, rt_fl<16, 64>[2], rt_fl<16, 128>>;
+    // The owner's dQ tile summed over both consumers' keys, one m64n128 product whose 64-column halves are staged
+    // and added separately: D = 64, dQ^T = K^T dS^T (rows: head dims, columns: the tile's 128 queries); D = 128,
+    // dQ = dS K (rows: the tile's 64 queries, columns: head dims).
+    using dq_acc = rt_fl<16, 128>;
     __device__ static inline void dq_product(lcsf::consumer_args<attn_bwd> &c, dq_acc &acc, int parity) {
         auto &ds = c.output.ds[parity];
         auto &k = c.output.k;
-        if constexpr (D == 64) {
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                warpgroup::mm_AtB(acc[j], ds[0].chunk(j), k[0]);
-                warpgroup::mma_AtB(acc[j], ds[1].chunk(j), k[1], wgmma::chained);
-            }
-            warpgroup::mma_async_wait(acc[0], acc[1]);
+        if constexpr (DQ_TRANSPOSED) {
+            warpgroup::mm_AtB(acc, k[0], ds[0]);
+            warpgroup::mma_AtB(acc, k[1], ds[1], wgmma::chained);
         } else {
             warpgroup::mm_AtB(acc, ds[0], k[0]);
             warpgroup::mma_AtB(acc, ds[1], k[1], wgmma::chained);
-            warpgroup::mma_async_wait(acc);
         }
+        warpgroup::mma_async_wait(acc);
     }
     __device__ static inline void dq_half(const dq_acc &acc, rt_fl<16, 64> &half, int j) {
-        if constexpr (D == 64) {
-            half = acc[j];
-        } else {
 #pragma unroll
-            for (int t = 0; t < 4; t++) half.tiles[0][t] = acc.tiles[0][4 * j + t];
-        }
+        for (int t = 0; t < 4; t++) half.tiles[0][t] = acc.tiles[0][4 * j + t];
     }
 
     // The wgmma groups of one step, in issue order: S and dP | dV, dK | (owner) dQ. dV and dK are queued before
@@ -279,7 +277,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         if (warpgroup::laneid() == 0) {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const coord at = D == 64 ? coord{c.task.b, h, qt * 2 + j, 0} : coord{c.task.b, h, qt, j};
+                const coord at = DQ_TRANSPOSED ? coord{c.task.b, h, 0, qt * 2 + j} : coord{c.task.b, h, qt, j};
                 tma::store_add_async(c.g.dq, c.output.dq[j], at);
             }
             tma::store_commit_group();

@@ -9,21 +9,26 @@
 
 namespace tk_attention {
 
+// Whether kernel K adds dQ^T (kernels without the flag add dQ untransposed).
+template <typename K> constexpr bool dq_transposed() {
+    if constexpr (requires { K::DQ_TRANSPOSED; }) return K::DQ_TRANSPOSED;
+    else return false;
+}
+
 template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
     static_assert(BWD_ROW_PAD % K::BLOCK_Q == 0, "the row buffers must be padded to whole query tiles");
     // Keyed exactly by what the TMA maps encode: pointers, shapes and the strides of every mapped tensor.
-    static tk_kernels::globals_cache<G, 27> cache;
-    const typename tk_kernels::globals_cache<G, 27>::key_t key = {
+    static tk_kernels::globals_cache<G, 24> cache;
+    const typename tk_kernels::globals_cache<G, 24>::key_t key = {
         uint64_t(p.q.ptr), uint64_t(p.k.ptr), uint64_t(p.v.ptr), uint64_t(p.dout.ptr), uint64_t(p.lse2),
-        uint64_t(p.delta), uint64_t(p.dq_accum.ptr), uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.kv_heads),
+        uint64_t(p.delta), uint64_t(p.dq_accum), uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.kv_heads),
         uint64_t(p.q_len), uint64_t(p.kv_len),
         uint64_t(p.q.stride_b), uint64_t(p.q.stride_h), uint64_t(p.q.stride_n),
         uint64_t(p.k.stride_b), uint64_t(p.k.stride_h), uint64_t(p.k.stride_n),
         uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n),
-        uint64_t(p.dout.stride_b), uint64_t(p.dout.stride_h), uint64_t(p.dout.stride_n),
-        uint64_t(p.dq_accum.stride_b), uint64_t(p.dq_accum.stride_h), uint64_t(p.dq_accum.stride_n)};
+        uint64_t(p.dout.stride_b), uint64_t(p.dout.stride_h), uint64_t(p.dout.stride_n)};
     G g = cache.get(key, [&] {
         auto ptr = [](const void *x) { return reinterpret_cast<T *>(const_cast<void *>(x)); };
         const int D = p.head_dim, padded = padded_q_len(p.q_len);
@@ -34,8 +39,10 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, D, p.v.stride_b, p.v.stride_h, p.v.stride_n);
         typename K::row_gl lse2(p.lse2, 1, p.batch, p.q_heads, padded);
         typename K::row_gl delta(p.delta, 1, p.batch, p.q_heads, padded);
-        typename K::dq_gl dq(static_cast<float *>(p.dq_accum.ptr), p.batch, p.q_heads, p.q_len, D, p.dq_accum.stride_b,
-                             p.dq_accum.stride_h, p.dq_accum.stride_n);
+        const int64_t head_floats = int64_t(padded) * D; // the dense accumulator, see attention.h
+        typename K::dq_gl dq = dq_transposed<K>()
+            ? typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, D, padded, p.q_heads * head_floats, head_floats, padded)
+            : typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, p.q_len, D, p.q_heads * head_floats, head_floats, D);
         const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K;
         return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
                  padded / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, k_blocks >= 64, 0.f, 0.f};

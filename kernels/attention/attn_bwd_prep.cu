@@ -3,7 +3,8 @@
 // rows up to a multiple of BWD_ROW_PAD get lse2 = +inf, which makes every P of theirs exactly 0.
 // The same pass zeroes the fp32 dQ accumulator the main kernel adds into (one launch and one pass over the rows
 // fewer than a separate fill: 48 instead of 32 + 20 us at D = 64, 93 instead of 55 + 41 at D = 128, for 16K tokens
-// x 16 heads, H100).
+// x 16 heads, H100). The accumulator is dense with as many floats as this grid has threads times 8, so each thread
+// zeroes its own 32 bytes of it whatever its layout.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,10 +24,14 @@ __device__ __forceinline__ int64_t chunk_at(const tensor4 &t, int64_t b, int64_t
 
 // One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp.
 template <typename T2, int D>
-__global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *lse2, float *delta, out4 dq_accum,
+__global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *lse2, float *delta, float *dq_accum,
                              int q_heads, int q_len, int padded_len, int64_t rows) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (id < rows * PARTS) {
+        float4 *acc = reinterpret_cast<float4 *>(dq_accum) + 2 * id;
+        acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     const int64_t row = id / PARTS; // in the padded (batch * heads, padded_len) grid
     const int part = int(id % PARTS);
     const int64_t head = row / padded_len;
@@ -35,9 +40,6 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
     float sum = 0.f;
     if (real) {
         const int64_t batch = head / q_heads, q_head = head % q_heads;
-        float4 *acc = reinterpret_cast<float4 *>(static_cast<float *>(dq_accum.ptr) + batch * dq_accum.stride_b +
-                                                 q_head * dq_accum.stride_h + i * dq_accum.stride_n + part * 8);
-        acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         const uint4 a = static_cast<const uint4 *>(o.ptr)[chunk_at(o, batch, q_head, i, part)];
         const uint4 b = static_cast<const uint4 *>(dout.ptr)[chunk_at(dout, batch, q_head, i, part)];
         const T2 *a2 = reinterpret_cast<const T2 *>(&a), *b2 = reinterpret_cast<const T2 *>(&b);

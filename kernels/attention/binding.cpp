@@ -174,8 +174,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     const auto f32 = q_in.options().dtype(at::kFloat);
     const int64_t padded = tk_attention::padded_q_len(int(Nq));
     at::Tensor lse2 = at::empty({B, Hq, padded}, f32), delta = at::empty({B, Hq, padded}, f32);
-    // In dQ's memory order, so that the conversion at the end is a dense elementwise copy. The preparation zeroes it.
-    at::Tensor dq_accum = empty_like_order(q_in, at::kFloat);
+    at::Tensor dq_accum = at::empty({B * Hq * padded * q_in.size(3)}, f32); // layout: tk_attention::dq_accum_transposed
 
     tk_attention::bwd_problem p{};
     describe_inputs(p, q, k, v, causal, scale);
@@ -184,12 +183,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     p.lse = lse.data_ptr<float>();
     p.lse2 = lse2.data_ptr<float>();
     p.delta = delta.data_ptr<float>();
-    p.dq_accum = out_of(dq_accum);
+    p.dq_accum = dq_accum.data_ptr<float>();
     p.dk = out_of(dk);
     p.dv = out_of(dv);
-    const cudaError_t e = tk_attention::backward(p, at::cuda::getCurrentCUDAStream());
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    cudaError_t e = tk_attention::backward(p, stream);
+    if (e == cudaSuccess) e = tk_attention::backward_convert_dq(p, out_of(dq), stream);
     require(e == cudaSuccess, "tk_ops.attention backward kernel failed: ", cudaGetErrorString(e));
-    dq.copy_(dq_accum);
     return {dq, dk, dv};
 }
 

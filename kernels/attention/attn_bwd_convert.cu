@@ -1,0 +1,110 @@
+// Last step of the attention backward: dQ in the input dtype from the main kernel's fp32 accumulator (dense, laid
+// out as attention.h's dq_accum_transposed says), written in dQ's own strides. One pass over the accumulator,
+// bound by memory: every read and write is 16 bytes per thread, and the transposed layout goes through a shared
+// tile so both sides stay coalesced.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attention.h"
+
+namespace tk_attention {
+namespace {
+
+template <typename T> struct pair_of;
+template <> struct pair_of<__nv_bfloat16> {
+    using type = __nv_bfloat162;
+    static __device__ __forceinline__ type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct pair_of<__half> {
+    using type = __half2;
+    static __device__ __forceinline__ type make(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+// 8 floats -> 16 bytes of the output dtype at dst.
+template <typename T> __device__ __forceinline__ void store8(void *dst, const float (&x)[8]) {
+    using P = pair_of<T>;
+    uint4 packed;
+    auto *h = reinterpret_cast<typename P::type *>(&packed);
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = P::make(x[2 * k], x[2 * k + 1]);
+    *static_cast<uint4 *>(dst) = packed;
+}
+
+__device__ __forceinline__ int64_t out_offset(const out4 &o, int64_t b, int64_t h, int64_t row) {
+    return b * o.stride_b + h * o.stride_h + row * o.stride_n;
+}
+
+// Accumulator (batch, heads, padded rows, D): one thread per 8 elements of a real row.
+template <typename T, int D>
+__global__ void convert_rows(const float *acc, out4 dq, int heads, int q_len, int padded_len, int64_t items) {
+    constexpr int PARTS = D / 8;
+    const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (id >= items) return;
+    const int part = int(id % PARTS);
+    const int64_t row = id / PARTS; // over (batch * heads, q_len)
+    const int64_t head = row / q_len;
+    const int i = int(row - head * q_len);
+    const float4 *src = reinterpret_cast<const float4 *>(acc + (head * padded_len + i) * D + part * 8);
+    const float4 a = src[0], b = src[1];
+    const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    store8<T>(static_cast<T *>(dq.ptr) + out_offset(dq, head / heads, head % heads, i) + part * 8, x);
+}
+
+// Accumulator (batch, heads, D, padded rows): a block turns 64 rows of one head around through shared memory.
+constexpr int T_ROWS = 64, T_THREADS = 256;
+template <typename T, int D>
+__global__ void __launch_bounds__(T_THREADS) convert_transposed(const float *acc, out4 dq, int heads, int q_len, int padded_len) {
+    __shared__ float tile[D][T_ROWS + 1]; // +1: the column reads below hit 32 different banks
+    const int64_t head = blockIdx.x;
+    const int row0 = blockIdx.y * T_ROWS;
+    const float *src = acc + head * D * padded_len + row0;
+    constexpr int QUADS = T_ROWS / 4; // float4 per accumulator row segment
+    for (int k = threadIdx.x; k < D * QUADS; k += T_THREADS) {
+        const int d = k / QUADS, r = 4 * (k % QUADS);
+        const float4 v = *reinterpret_cast<const float4 *>(src + int64_t(d) * padded_len + r);
+        tile[d][r] = v.x;
+        tile[d][r + 1] = v.y;
+        tile[d][r + 2] = v.z;
+        tile[d][r + 3] = v.w;
+    }
+    __syncthreads();
+    constexpr int PARTS = D / 8;
+    for (int k = threadIdx.x; k < T_ROWS * PARTS; k += T_THREADS) {
+        const int r = k / PARTS, part = k % PARTS;
+        if (row0 + r >= q_len) continue;
+        float x[8];
+#pragma unroll
+        for (int t = 0; t < 8; t++) x[t] = tile[part * 8 + t][r];
+        store8<T>(static_cast<T *>(dq.ptr) + out_offset(dq, head / heads, head % heads, row0 + r) + part * 8, x);
+    }
+}
+
+template <typename T, int D> cudaError_t launch(const bwd_problem &p, out4 dq, cudaStream_t stream) {
+    const int padded = padded_q_len(p.q_len);
+    const int64_t heads = int64_t(p.batch) * p.q_heads;
+    if constexpr (dq_accum_transposed(D)) {
+        static_assert(BWD_ROW_PAD % T_ROWS == 0, "a transposing block must not cross the accumulator's padding");
+        const int64_t row_tiles = (p.q_len + T_ROWS - 1) / T_ROWS;
+        if (heads > 0x7fffffff || row_tiles > 65535) return cudaErrorInvalidValue;
+        const dim3 grid{unsigned(heads), unsigned(row_tiles)};
+        convert_transposed<T, D><<<grid, T_THREADS, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded);
+    } else {
+        const int64_t items = heads * p.q_len * (D / 8);
+        constexpr int BLOCK = 256;
+        const int64_t blocks = (items + BLOCK - 1) / BLOCK;
+        if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded, items);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+
+cudaError_t backward_convert_dq(const bwd_problem &p, out4 dq, cudaStream_t stream) {
+    const bool bf = p.type == dtype::bf16;
+    if (p.head_dim == 64) return bf ? launch<__nv_bfloat16, 64>(p, dq, stream) : launch<__half, 64>(p, dq, stream);
+    if (p.head_dim == 128) return bf ? launch<__nv_bfloat16, 128>(p, dq, stream) : launch<__half, 128>(p, dq, stream);
+    return cudaErrorInvalidValue;
+}
+
+} // namespace tk_attention
