@@ -14,11 +14,12 @@
 //   P^T, dS^T                          (registers; P from the saved LSE, so no running statistics)
 //   dV += P^T dO, dK += dS^T Q         (wgmma, A from registers)
 // dQ needs every key of the block, so both consumers write their dS^T to shared memory, and the consumers
-// take turns computing a tile's dQ = dS K: consumer (step % 2) owns step `step`. The owner waits for the
-// other's dS^T, computes the whole BLOCK_Q x D product and adds it into a global fp32 dQ accumulator with
-// TMA reduce-adds (other blocks add the other key blocks' shares); the other consumer only signals and goes
-// on to its next tile, so no barrier of both warpgroups holds them in step (measured: 2-6% faster than both
-// meeting every step and splitting dQ). The host turns the accumulator into the output dtype afterwards.
+// take turns computing a tile's dQ = dS K: consumer (step % 2) owns step `step`. The owner computes the
+// whole BLOCK_Q x D product (at D = 64 one step late, at the end of its next step or in finish after a task's
+// last step, by which time the other consumer's dS^T of that step is long written) and adds it into a global
+// fp32 dQ accumulator with TMA reduce-adds (other blocks add the other key blocks' shares). The other consumer only
+// signals, so no barrier of both warpgroups holds them in step. The host turns the accumulator into the output
+// dtype afterwards.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
@@ -46,7 +47,12 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // shared memory; DQ_FREE + p, the other's previous dQ reduce-add has read the staging tiles. One id per
     // parity, so that an arrival can never pair with the same consumer's next one: a consumer arrives on a
     // parity's barrier again only after the owner has passed it.
+    // D = 64: a step's dQ waits until the end of its owner's next step (measured 3% faster at N >= 2K, non-causal;
+    // D = 128 lost 3-4% that way, see docs/perf-notes.md), so that the other consumer's dS^T is long written.
+    static constexpr bool DEFER_DQ = D == 64;
     static constexpr int CONSUMERS_BARRIER = 5, DS_READY = 6, DQ_FREE = 8;
+    // ds_free[p] (an mbarrier: its last arrival may have no waiter) completes once per step of parity p, when that
+    // step's dQ product has read both consumers' dS^T: the non-owner waits on it before reusing its ds tile.
 
     using q_tile = st<T, BLOCK_Q, D>;   // Q and dO
     using kv_tile = st<T, KEYS, D>;     // one consumer's K or V rows
@@ -83,11 +89,14 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: read by that parity's owner
         dq_piece dq[2];               // the step's dQ tile on its way to global memory (both halves)
         semaphore kv_arrived[NUM_CONSUMERS];
+        semaphore ds_free[2]; // [step parity], one arrival per warp of the owner
     };
     struct consumer_state {
         rt_fl<16, D> dk, dv;
         int tasks = 0; // tasks started: the phase of kv_arrived
         int steps = 0; // query tiles consumed: the parity of the ds buffer
+        bool dq_pending = false; // this task's previous step still owes its dQ (see dq_step)
+        int pending_head = 0, pending_q_tile = 0;
     };
     struct task {
         int id, b, kv_head, k_block, first_q_tile, q_tiles_seen, iters;
@@ -153,7 +162,10 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     __device__ static inline void setup(lcsf::consumer_args<attn_bwd> &c) {
         semaphore &arrived = c.output.kv_arrived[c.consumer];
         const bool leader = warpgroup::laneid() == 0;
-        if (c.state.tasks == 0 && leader) init_semaphore(arrived, 1);
+        if (c.state.tasks == 0 && leader) {
+            init_semaphore(arrived, 1);
+            init_semaphore(c.output.ds_free[c.consumer], WARPGROUP_WARPS);
+        }
         consumers_sync();
         if (leader) {
             const int row_tile = c.task.k_block * NUM_CONSUMERS + c.consumer;
@@ -228,7 +240,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // dS^T goes to shared memory. (Variants that issued dV before computing dS, or dK later, measured 5-25%
     // slower; see docs/perf-notes.md.)
     __device__ static inline void compute(lcsf::consumer_args<attn_bwd> &c) {
-        const int e = c.consumer, parity = c.state.steps & 1;
+        const int e = c.consumer, step = c.state.steps, parity = step & 1;
         c.state.steps++;
         int h, qt;
         tile_of(c.g, c.task, c.iter, h, qt);
@@ -248,23 +260,37 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         else gradients<false>(c.g, c.input, s, dp, p, ds, key_row, q0);
         warpgroup::mma_AB(c.state.dv, p, c.input.dout);
         warpgroup::mma_AB(c.state.dk, ds, c.input.q);
-        // ds[parity] was last read by this parity's owner two steps ago. For the owner that is program order; the
-        // other consumer owned the step in between and passed its DS_READY, which the owner only reached after it
-        // had finished that read. No barrier needed here.
+        // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
+        if (step >= 2 && parity != e) wait(c.output.ds_free[parity], ((step - 2) >> 1) & 1);
         warpgroup::store(c.output.ds[parity][e], ds);
         tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
-        const bool owner = parity == e;
-        if (!owner) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may start its dQ now
+        if (parity != e) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may take it
         warpgroup::mma_async_wait(c.state.dk, c.state.dv);
+        if constexpr (DEFER_DQ) {
+            if (c.state.dq_pending) dq_step(c, step - 1, c.state.pending_head, c.state.pending_q_tile);
+            c.state.dq_pending = true;
+            c.state.pending_head = h;
+            c.state.pending_q_tile = qt;
+        } else {
+            dq_step(c, step, h, qt);
+        }
+    }
 
-        if (!owner) { // free the staging tiles for the owner, then go on to the next tile
-            if (warpgroup::laneid() == 0) tma::store_async_read_wait(); // this consumer's last dQ add has read them
+    // dQ of the task's step `step` (query tile qt of head h), from both consumers' dS^T of it. Its owner waits for
+    // the other's dS^T, computes the product, releases the dS^T tiles, and adds the tile through the staging
+    // tiles; the other consumer frees those (its own last reduce-add has read them) and goes on. Each named
+    // barrier use pairs one arrival with one sync: DS_READY + p, arrived at the step itself; DQ_FREE + p, here.
+    __device__ static inline void dq_step(lcsf::consumer_args<attn_bwd> &c, int step, int h, int qt) {
+        const int e = c.consumer, parity = step & 1;
+        if (parity != e) {
+            if (warpgroup::laneid() == 0) tma::store_async_read_wait();
             group<2 * WARPGROUP_WARPS>::arrive(DQ_FREE + parity);
             return;
         }
         group<2 * WARPGROUP_WARPS>::sync(DS_READY + parity);
         dq_acc dq;
         dq_product(c, dq, parity);
+        if (laneid() == 0) arrive(c.output.ds_free[parity]);
         group<2 * WARPGROUP_WARPS>::sync(DQ_FREE + parity);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
@@ -288,6 +314,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // rows past kv_len). The barrier first: the other consumer's last dQ product reads this consumer's K.
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
         const int e = c.consumer, row_tile = c.task.k_block * NUM_CONSUMERS + e;
+        if (DEFER_DQ && c.state.dq_pending) dq_step(c, c.state.steps - 1, c.state.pending_head, c.state.pending_q_tile);
+        c.state.dq_pending = false;
         consumers_sync();
         rt<T, 16, D> out;
         to_type(out, c.state.dk);
