@@ -18,14 +18,15 @@
 // whole BLOCK_Q x D product (at D = 64 one step late, at the end of its next step or in finish after a task's
 // last step, by which time the other consumer's dS^T of that step is long written) and adds it into a global
 // fp32 dQ accumulator with TMA reduce-adds (other blocks add the other key blocks' shares). The other consumer only
-// signals, so no barrier of both warpgroups holds them in step. The host turns the accumulator into the output
-// dtype afterwards.
+// signals, so no barrier of both warpgroups holds them in step. attn_bwd_convert.cu turns the accumulator into
+// the output dtype afterwards.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
 // aligned: query i sees keys j <= i + kv_len - q_len) get P = 0 on the tiles where that can happen.
 #pragma once
 
+#include "attention.h"
 #include "kittens.cuh"
 #include "online_softmax.cuh"
 
@@ -66,7 +67,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // instead of 64 KB for two m64n64 halves of dS K), so its accumulator is (batch, q_heads, D, padded q_len);
     // D = 128 keeps (batch, q_heads, q_len, D). Either way a dense fp32 scratch that the preparation zeroes and
     // backward_convert_dq turns into dQ.
-    static constexpr bool DQ_TRANSPOSED = D == 64;
+    static constexpr bool DQ_TRANSPOSED = dq_accum_transposed(D);
     using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
 
     struct globals {
