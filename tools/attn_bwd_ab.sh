@@ -15,7 +15,7 @@ git show "$rev:kernels/attention/attn_bwd_kernel.cuh" |
     sed -e 's/^namespace tk_attention {/namespace tk_rev { using namespace tk_attention;/' \
         -e 's/^} \/\/ namespace tk_attention/} \/\/ namespace tk_rev/' > "$work/attn_bwd_rev.cuh"
 grep -q "namespace tk_rev" "$work/attn_bwd_rev.cuh" || { echo "could not rename the kernel's namespace at $rev"; exit 1; }
-nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -diag-suppress=20012 \
+nvcc ${NVCC_FLAGS:-} -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -diag-suppress=20012 \
     -Iinclude/kittens -Ikernels -Ikernels/attention -Itools -I"$work" -o "${OUT_BIN:-/tmp/attn_bwd_ab}" \
     tools/attn_bwd_ab.cu kernels/attention/attn_bwd_prep.cu kernels/attention/attn_fwd_d64.cu kernels/attention/attn_fwd_d128.cu
 echo "built ${OUT_BIN:-/tmp/attn_bwd_ab} (A = $rev, B = working tree)"

@@ -14,12 +14,12 @@
 //   P^T, dS^T                          (registers; P from the saved LSE, so no running statistics)
 //   dV += P^T dO, dK += dS^T Q         (wgmma, A from registers)
 // dQ needs every key of the block, so both consumers write their dS^T to shared memory, and the consumers
-// take turns computing a tile's dQ = dS K: consumer (step % 2) owns step `step`. The owner computes the
-// whole BLOCK_Q x D product (at D = 64 one step late, at the end of its next step or in finish after a task's
-// last step, by which time the other consumer's dS^T of that step is long written) and adds it into a global
-// fp32 dQ accumulator with TMA reduce-adds (other blocks add the other key blocks' shares). The other consumer only
-// signals, so no barrier of both warpgroups holds them in step. attn_bwd_convert.cu turns the accumulator into
-// the output dtype afterwards.
+// take turns computing a tile's dQ = dS K: consumer (step % 2) owns step `step`. The owner computes the whole
+// BLOCK_Q x D product one step late (at the end of its next step, or in finish after a task's last step, by
+// which time the other consumer's dS^T of that step is long written) and adds it into a global fp32 dQ
+// accumulator with TMA reduce-adds from staging tiles of its own (other blocks add the other key blocks'
+// shares). The other consumer only signals, so no barrier of both warpgroups holds them in step.
+// attn_bwd_convert.cu turns the accumulator into the output dtype afterwards.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
@@ -30,8 +30,16 @@
 #include "kittens.cuh"
 #include "online_softmax.cuh"
 
+// Timing marks inside a step (tools/attn_bwd_timeline.cu defines them to clock64 stamps; empty otherwise).
+#ifndef ATTN_BWD_MARK
+#define ATTN_BWD_MARK(c, event)
+#endif
+
 namespace tk_attention {
 using namespace kittens;
+
+// The marks of a step, in program order (the owner's dQ marks fall in the step that runs its dQ).
+enum bwd_mark { mark_in, mark_sdp, mark_grad, mark_ds, mark_dkdv, mark_ready, mark_dq, mark_out, bwd_marks };
 
 template <typename T, int D, bool CAUSAL> struct attn_bwd {
     static_assert(D == 64 || D == 128, "attention backward supports head dimensions 64 and 128");
@@ -45,13 +53,16 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
     // Named barriers of the two consumer warpgroups (ids 1-2 are each warpgroup's own). Step parity p is owned by
     // consumer p, and the other consumer arrives where the owner syncs: DS_READY + p, the other's dS^T is in
-    // shared memory; DQ_FREE + p, the other's previous dQ reduce-add has read the staging tiles. One id per
-    // parity, so that an arrival can never pair with the same consumer's next one: a consumer arrives on a
-    // parity's barrier again only after the owner has passed it.
-    // D = 64: a step's dQ waits until the end of its owner's next step (measured 3% faster at N >= 2K, non-causal;
-    // D = 128 lost 3-4% that way, see docs/perf-notes.md), so that the other consumer's dS^T is long written.
-    static constexpr bool DEFER_DQ = D == 64;
-    static constexpr int CONSUMERS_BARRIER = 5, DS_READY = 6, DQ_FREE = 8;
+    // shared memory. One id per parity, so that an arrival can never pair with the same consumer's next one: a
+    // consumer arrives on a parity's barrier again only after the owner has passed it.
+    // A step's dQ waits until the end of its owner's next step, so that the other consumer's dS^T is long written
+    // (measured 3-4% faster at both D once each consumer has staging tiles of its own; see docs/perf-notes.md).
+#ifdef ATTN_BWD_DEFER_DQ // tools/attn_bwd_timeline.cu and attn_bwd_ab.sh can time the other schedule
+    static constexpr bool DEFER_DQ = ATTN_BWD_DEFER_DQ;
+#else
+    static constexpr bool DEFER_DQ = true;
+#endif
+    static constexpr int CONSUMERS_BARRIER = 5, DS_READY = 6;
     // ds_free[p] (an mbarrier: its last arrival may have no waiter) completes once per step of parity p, when that
     // step's dQ product has read both consumers' dS^T: the non-owner waits on it before reusing its ds tile.
 
@@ -88,10 +99,21 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     struct output_block {
         kv_tile k[NUM_CONSUMERS], v[NUM_CONSUMERS];
         ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: read by that parity's owner
-        dq_piece dq[2];               // the step's dQ tile on its way to global memory (both halves)
+        // [consumer][half]: a consumer's dQ tile on its way to global memory. Each consumer stages in tiles of its
+        // own, so it waits only for its own previous reduce-adds (issued a step or more earlier): with one staging
+        // tile pair shared by both, the owner waited for the other's adds to be read (measured: 6-7% of the step at
+        // D = 64, see docs/perf-notes.md). This fills shared memory to the last kilobyte, so the semaphores below
+        // live in static shared memory.
+        dq_piece dq[NUM_CONSUMERS][2];
+    };
+    struct block_semaphores {
         semaphore kv_arrived[NUM_CONSUMERS];
         semaphore ds_free[2]; // [step parity], one arrival per warp of the owner
     };
+    __device__ static inline block_semaphores &semaphores() {
+        __shared__ block_semaphores sems;
+        return sems;
+    }
     struct consumer_state {
         rt_fl<16, D> dk, dv;
         int tasks = 0; // tasks started: the phase of kv_arrived
@@ -161,11 +183,11 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // Load this consumer's K and V rows of the task. The other consumer's dQ products read them too, so
     // both consumers first pass a barrier that follows the previous task's last dQ product.
     __device__ static inline void setup(lcsf::consumer_args<attn_bwd> &c) {
-        semaphore &arrived = c.output.kv_arrived[c.consumer];
+        semaphore &arrived = semaphores().kv_arrived[c.consumer];
         const bool leader = warpgroup::laneid() == 0;
         if (c.state.tasks == 0 && leader) {
             init_semaphore(arrived, 1);
-            init_semaphore(c.output.ds_free[c.consumer], WARPGROUP_WARPS);
+            init_semaphore(semaphores().ds_free[c.consumer], WARPGROUP_WARPS);
         }
         consumers_sync();
         if (leader) {
@@ -250,6 +272,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         warpgroup::mm_ABt(s, c.output.k[e], c.input.q);
         warpgroup::mm_ABt(dp, c.output.v[e], c.input.dout);
         warpgroup::mma_async_wait(s, dp);
+        ATTN_BWD_MARK(c, mark_sdp);
 
         const int key0 = c.task.k_block * BLOCK_K + e * KEYS;
         const int key_row = key0 + 16 * warpgroup::warpid() + laneid() / 4;
@@ -259,14 +282,17 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         rt<T, 16, BLOCK_Q> p, ds;
         if (ragged || diagonal) gradients<true>(c.g, c.input, s, dp, p, ds, key_row, q0);
         else gradients<false>(c.g, c.input, s, dp, p, ds, key_row, q0);
+        ATTN_BWD_MARK(c, mark_grad);
         warpgroup::mma_AB(c.state.dv, p, c.input.dout);
         warpgroup::mma_AB(c.state.dk, ds, c.input.q);
         // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
-        if (step >= 2 && parity != e) wait(c.output.ds_free[parity], ((step - 2) >> 1) & 1);
+        if (step >= 2 && parity != e) wait(semaphores().ds_free[parity], ((step - 2) >> 1) & 1);
         warpgroup::store(c.output.ds[parity][e], ds);
         tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
         if (parity != e) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may take it
+        ATTN_BWD_MARK(c, mark_ds);
         warpgroup::mma_async_wait(c.state.dk, c.state.dv);
+        ATTN_BWD_MARK(c, mark_dkdv);
         if constexpr (DEFER_DQ) {
             if (c.state.dq_pending) dq_step(c, step - 1, c.state.pending_head, c.state.pending_q_tile);
             c.state.dq_pending = true;
@@ -278,26 +304,25 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     }
 
     // dQ of the task's step `step` (query tile qt of head h), from both consumers' dS^T of it. Its owner waits for
-    // the other's dS^T, computes the product, releases the dS^T tiles, and adds the tile through the staging
-    // tiles; the other consumer frees those (its own last reduce-add has read them) and goes on. Each named
-    // barrier use pairs one arrival with one sync: DS_READY + p, arrived at the step itself; DQ_FREE + p, here.
+    // the other's dS^T (DS_READY + p pairs the other's arrival at the step with this sync), computes the product,
+    // releases the dS^T tiles, and adds the tile through its own staging tiles; the other consumer has nothing to do.
     __device__ static inline void dq_step(lcsf::consumer_args<attn_bwd> &c, int step, int h, int qt) {
         const int e = c.consumer, parity = step & 1;
-        if (parity != e) {
-            if (warpgroup::laneid() == 0) tma::store_async_read_wait();
-            group<2 * WARPGROUP_WARPS>::arrive(DQ_FREE + parity);
-            return;
-        }
+        if (parity != e) return;
+        // The staging tiles are free once this consumer's previous reduce-adds have read them (a step or more ago);
+        // the barrier below passes that on to the warpgroup's other threads.
+        if (warpgroup::laneid() == 0) tma::store_async_read_wait();
         group<2 * WARPGROUP_WARPS>::sync(DS_READY + parity);
+        ATTN_BWD_MARK(c, mark_ready);
         dq_acc dq;
         dq_product(c, dq, parity);
-        if (laneid() == 0) arrive(c.output.ds_free[parity]);
-        group<2 * WARPGROUP_WARPS>::sync(DQ_FREE + parity);
+        ATTN_BWD_MARK(c, mark_dq);
+        if (laneid() == 0) arrive(semaphores().ds_free[parity]);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             rt_fl<16, 64> half;
             dq_half(dq, half, j);
-            warpgroup::store(c.output.dq[j], half);
+            warpgroup::store(c.output.dq[e][j], half);
         }
         tma::store_fence();
         warpgroup::sync(e + 1);
@@ -305,7 +330,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 const coord at = DQ_TRANSPOSED ? coord{c.task.b, h, 0, qt * 2 + j} : coord{c.task.b, h, qt, j};
-                tma::store_add_async(c.g.dq, c.output.dq[j], at);
+                tma::store_add_async(c.g.dq, c.output.dq[e][j], at);
             }
             tma::store_commit_group();
         }

@@ -168,10 +168,11 @@ template <typename K> __device__ inline void store_pieces_after(int i, int iters
 
 template <typename K> constexpr int num_threads() { return (K::NUM_CONSUMERS + 1) * WARPGROUP_THREADS; }
 
-// Dynamic shared memory: the ring and the output block, plus up to 1 KB that aligning their base to 1024 bytes
-// (the 128-byte swizzle's period) may skip.
+// Dynamic shared memory: the ring and the output block. The dynamic array is declared 1 KB aligned (the 128-byte
+// swizzle's period), and the static part before it is rounded up to that alignment, so nothing is skipped; the
+// kernel checks this at start rather than reserving a 1 KB margin, which the attention backward needs for tiles.
 template <typename K> constexpr int shared_bytes() {
-    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + sizeof(typename K::output_block)) + 1024;
+    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + sizeof(typename K::output_block));
 }
 // Static shared memory: the kernel's semaphores and task queue, declared below; ptxas rounds the static part up to
 // the 1 KB alignment of the dynamic array that follows it.
@@ -190,6 +191,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     constexpr int CONSUMER_WARPS = K::NUM_CONSUMERS * WARPGROUP_WARPS;
 
     extern __shared__ alignment_dummy shm[];
+    if (smem_addr(shm) % shared_allocator::ALIGN != 0) __trap(); // shared_bytes() left no margin for realignment
     shared_allocator al(shm);
     typename K::input_block(&inputs)[STAGES] = al.allocate<typename K::input_block, STAGES>();
     typename K::output_block &output = al.allocate<typename K::output_block>();
