@@ -57,7 +57,8 @@ struct bwd_problem {
 };
 
 // The backward's fp32 dQ accumulator is dense: (batch, q_heads, head_dim, padded_q_len) where the kernel computes
-// dQ transposed (head_dim 64, see attn_bwd_kernel.cuh), else (batch, q_heads, padded_q_len, head_dim).
+// dQ transposed (head_dim 64, see attn_bwd_kernel.cuh), else (batch, q_heads, padded_q_len, head_dim). It holds
+// dQ / scale: backward_convert_dq applies the softmax scale.
 constexpr bool dq_accum_transposed(int head_dim) { return head_dim == 64; }
 inline int64_t dq_accum_floats(const bwd_problem &p) {
     return int64_t(p.batch) * p.q_heads * padded_q_len(p.q_len) * p.head_dim;
@@ -66,7 +67,7 @@ inline int64_t dq_accum_floats(const bwd_problem &p) {
 // Prepares lse2 / delta, then runs the backward kernel for head_dim 64 or 128 (dQ lands in dq_accum).
 cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
 cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream);
-// Writes dQ in the input dtype, (batch, q_heads, q_len, head_dim) with the given strides, from dq_accum.
+// Writes dQ = scale * dq_accum in the input dtype, (batch, q_heads, q_len, head_dim) with the given strides.
 cudaError_t backward_convert_dq(const bwd_problem &p, out4 dq, cudaStream_t stream);
 cudaError_t backward_d64(const bwd_problem &p, cudaStream_t stream);
 cudaError_t backward_d128(const bwd_problem &p, cudaStream_t stream);

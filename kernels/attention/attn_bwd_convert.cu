@@ -20,13 +20,13 @@ template <> struct pair_of<__half> {
     static __device__ __forceinline__ type make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
-// 8 floats -> 16 bytes of the output dtype at dst.
-template <typename T> __device__ __forceinline__ void store8(void *dst, const float (&x)[8]) {
+// 8 floats times the softmax scale (which the accumulator leaves out) -> 16 bytes of the output dtype at dst.
+template <typename T> __device__ __forceinline__ void store8(void *dst, const float (&x)[8], float scale) {
     using P = pair_of<T>;
     uint4 packed;
     auto *h = reinterpret_cast<typename P::type *>(&packed);
 #pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = P::make(x[2 * k], x[2 * k + 1]);
+    for (int k = 0; k < 4; k++) h[k] = P::make(x[2 * k] * scale, x[2 * k + 1] * scale);
     *static_cast<uint4 *>(dst) = packed;
 }
 
@@ -36,7 +36,7 @@ __device__ __forceinline__ int64_t out_offset(const out4 &o, int64_t b, int64_t 
 
 // Accumulator (batch, heads, padded rows, D): one thread per 8 elements of a real row.
 template <typename T, int D>
-__global__ void convert_rows(const float *acc, out4 dq, int heads, int q_len, int padded_len, int64_t items) {
+__global__ void convert_rows(const float *acc, out4 dq, int heads, int q_len, int padded_len, int64_t items, float scale) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (id >= items) return;
@@ -47,13 +47,14 @@ __global__ void convert_rows(const float *acc, out4 dq, int heads, int q_len, in
     const float4 *src = reinterpret_cast<const float4 *>(acc + (head * padded_len + i) * D + part * 8);
     const float4 a = src[0], b = src[1];
     const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    store8<T>(static_cast<T *>(dq.ptr) + out_offset(dq, head / heads, head % heads, i) + part * 8, x);
+    store8<T>(static_cast<T *>(dq.ptr) + out_offset(dq, head / heads, head % heads, i) + part * 8, x, scale);
 }
 
 // Accumulator (batch, heads, D, padded rows): a block turns 64 rows of one head around through shared memory.
 constexpr int T_ROWS = 64, T_THREADS = 256;
 template <typename T, int D>
-__global__ void __launch_bounds__(T_THREADS) convert_transposed(const float *acc, out4 dq, int heads, int q_len, int padded_len) {
+__global__ void __launch_bounds__(T_THREADS)
+convert_transposed(const float *acc, out4 dq, int heads, int q_len, int padded_len, float scale) {
     __shared__ float tile[D][T_ROWS + 1]; // +1: the column reads below hit 32 different banks
     const int64_t head = blockIdx.x;
     const int row0 = blockIdx.y * T_ROWS;
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(T_THREADS) convert_transposed(const float *acc
         float x[8];
 #pragma unroll
         for (int t = 0; t < 8; t++) x[t] = tile[part * 8 + t][r];
-        store8<T>(static_cast<T *>(dq.ptr) + out_offset(dq, head / heads, head % heads, row0 + r) + part * 8, x);
+        store8<T>(static_cast<T *>(dq.ptr) + out_offset(dq, head / heads, head % heads, row0 + r) + part * 8, x, scale);
     }
 }
 
@@ -87,13 +88,13 @@ template <typename T, int D> cudaError_t launch(const bwd_problem &p, out4 dq, c
         const int64_t row_tiles = (p.q_len + T_ROWS - 1) / T_ROWS;
         if (heads > 0x7fffffff || row_tiles > 65535) return cudaErrorInvalidValue;
         const dim3 grid{unsigned(heads), unsigned(row_tiles)};
-        convert_transposed<T, D><<<grid, T_THREADS, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded);
+        convert_transposed<T, D><<<grid, T_THREADS, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded, p.scale);
     } else {
         const int64_t items = heads * p.q_len * (D / 8);
         constexpr int BLOCK = 256;
         const int64_t blocks = (items + BLOCK - 1) / BLOCK;
         if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded, items);
+        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded, items, p.scale);
     }
     return cudaGetLastError();
 }

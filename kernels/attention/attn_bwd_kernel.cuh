@@ -3,6 +3,8 @@
 // Given Q, K, V, dO, the forward's LSE and delta = rowsum(dO * O) (both prepared per query row by
 // attn_bwd_prep.cuh), with P = softmax(scale Q K^T):
 //   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - delta) * scale,   dK = dS^T Q,   dQ = dS K.
+// The kernel leaves `scale` out of dS (one multiply less per element) and applies it once: to dK at the end of a
+// task, and to dQ in the conversion of its accumulator.
 //
 // A task is one block of BLOCK_K = 128 keys of one (batch, kv head). Each of the two consumer warpgroups owns
 // 64 of those keys: their K and V rows stay in shared memory for the whole task and their dK and dV
@@ -79,6 +81,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // D = 128 keeps (batch, q_heads, q_len, D). Either way a dense fp32 scratch that the preparation zeroes and
     // backward_convert_dq turns into dQ.
     static constexpr bool DQ_TRANSPOSED = dq_accum_transposed(D);
+    static constexpr bool DQ_SCALED = false; // the accumulator holds dQ / scale (see the top of this file)
     using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
 
     struct globals {
@@ -207,7 +210,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // queries, pairs as in online_softmax.cuh): the first query column of pair k of base tile j.
     __device__ static inline int query_col(int j, int k) { return 16 * j + 2 * (laneid() % 4) + ((k & 2) ? 8 : 0); }
 
-    // P^T and dS^T = P^T * (dP^T - delta) * scale of this warp's 16 keys x BLOCK_Q queries, from S^T and dP^T,
+    // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x BLOCK_Q queries, from S^T and dP^T,
     // straight to the 16-bit operands of dV += P^T dO and dK += dS^T Q. With MASK, keys past kv_len (zero rows
     // TMA filled in) and, causal, keys past a query's diagonal get P = 0.
     template <bool MASK>
@@ -234,7 +237,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
                     }
                 }
                 p_out.tiles[0][j].data[k] = convert<T2>(p);
-                ds_out.tiles[0][j].data[k] = convert<T2>(float2{p.x * (dpv.x - delta.x) * g.scale, p.y * (dpv.y - delta.y) * g.scale});
+                ds_out.tiles[0][j].data[k] = convert<T2>(float2{p.x * (dpv.x - delta.x), p.y * (dpv.y - delta.y)});
             }
     }
 
@@ -344,6 +347,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         c.state.dq_pending = false;
         consumers_sync();
         rt<T, 16, D> out;
+        mul(c.state.dk, c.state.dk, c.g.scale); // dS^T was formed without the softmax scale
         to_type(out, c.state.dk);
         warpgroup::store(c.output.k[e], out);
         to_type(out, c.state.dv);

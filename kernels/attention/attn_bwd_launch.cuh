@@ -15,6 +15,12 @@ template <typename K> constexpr bool dq_transposed() {
     else return false;
 }
 
+// Whether kernel K's dQ accumulator includes the softmax scale (kernels without the flag include it).
+template <typename K> constexpr bool dq_scaled() {
+    if constexpr (requires { K::DQ_SCALED; }) return K::DQ_SCALED;
+    else return true;
+}
+
 template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
