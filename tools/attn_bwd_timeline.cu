@@ -80,7 +80,8 @@ __global__ void fill_random(bf16 *p, size_t n, uint32_t seed) {
     }
 }
 
-const char *mark_name[bwd_marks] = {"stage wait", "S,dP", "P,dS", "dS out", "dK,dV wait", "dS ready", "dQ product", "dQ out"};
+const char *mark_name[bwd_marks] = {"stage wait", "S,dP", "P,dS", "dS free", "dS out", "dK,dV wait", "dS ready", "dQ product",
+                                    "dQ out"};
 
 template <int D, bool CAUSAL> int run(int n, int batch, int heads) {
     using K = attn_bwd<bf16, D, CAUSAL>;

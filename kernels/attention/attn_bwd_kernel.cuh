@@ -41,7 +41,7 @@ namespace tk_attention {
 using namespace kittens;
 
 // The marks of a step, in program order (the owner's dQ marks fall in the step that runs its dQ).
-enum bwd_mark { mark_in, mark_sdp, mark_grad, mark_ds, mark_dkdv, mark_ready, mark_dq, mark_out, bwd_marks };
+enum bwd_mark { mark_in, mark_sdp, mark_grad, mark_ds_free, mark_ds, mark_dkdv, mark_ready, mark_dq, mark_out, bwd_marks };
 
 template <typename T, int D, bool CAUSAL> struct attn_bwd {
     static_assert(D == 64 || D == 128, "attention backward supports head dimensions 64 and 128");
@@ -290,6 +290,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         warpgroup::mma_AB(c.state.dk, ds, c.input.q);
         // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
         if (step >= 2 && parity != e) wait(semaphores().ds_free[parity], ((step - 2) >> 1) & 1);
+        ATTN_BWD_MARK(c, mark_ds_free);
         warpgroup::store(c.output.ds[parity][e], ds);
         tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
         if (parity != e) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may take it
