@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One-process A/B of the attention backward's main kernel: the kernel at a git revision (A, default HEAD) against
-# the working tree's (B), both on the same inputs, timed in the order A B B A B A A B after a 300 ms warm-up. dK
+# the working tree's (B), both on the same inputs, timed in the order A B B A B A A B after a 300 ms warm-up. dK,
 # dV and dQ are compared by relative L2 difference (0 when bit-identical; dQ is added in nondeterministic order).
 #   bash tools/attn_bwd_ab.sh [REV]                builds /tmp/attn_bwd_ab here (nvcc, no GPU needed)
 #   /tmp/attn_bwd_ab [N ...]                        on the GPU machine (carry the binary, or build it there)
+# OUT_BIN=path names the binary; NVCC_FLAGS adds flags (e.g. -DATTN_BWD_DEFER_DQ=0 to time the other dQ schedule).
 # Only attn_bwd_kernel.cuh is taken from REV: a change elsewhere (the library, LCSF) shows up on both sides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
