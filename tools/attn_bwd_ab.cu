@@ -22,16 +22,6 @@ using kittens::bf16;
         }                                                                                                              \
     } while (0)
 
-__global__ void fill_random(bf16 *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-        x ^= x >> 15;
-        x *= 2246822519u;
-        x ^= x >> 13;
-        p[i] = __float2bfloat16((x & 0xffff) / 32768.f - 1.f);
-    }
-}
-
 template <typename T> T *device_alloc(size_t n) {
     T *p = nullptr;
     CHECK(cudaMalloc(&p, n * sizeof(T)));
@@ -61,7 +51,7 @@ template <int D, bool CAUSAL> void compare(int n, int reps) {
     float *delta = device_alloc<float>(rows), *dq = device_alloc<float>(acc_elems);
     int *counter = device_alloc<int>(1);
     uint32_t seed = 1;
-    for (bf16 *t : {q, k, v, dout}) fill_random<<<1024, 256>>>(t, elems, seed++);
+    for (bf16 *t : {q, k, v, dout}) timeline::fill_random<<<1024, 256>>>(t, elems, seed++);
 
     const float scale = 1.f / std::sqrt(float(D));
     auto in = [&](const bf16 *t) { return tensor4{t, sb, sh, sn}; };

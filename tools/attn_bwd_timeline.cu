@@ -70,16 +70,6 @@ template <typename K> struct marked : timeline::wrapped<marked<K>, K> {
     }
 };
 
-__global__ void fill_random(bf16 *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-        x ^= x >> 15;
-        x *= 2246822519u;
-        x ^= x >> 13;
-        p[i] = __float2bfloat16((x & 0xffff) / 32768.f - 1.f);
-    }
-}
-
 const char *mark_name[bwd_marks] = {"stage wait", "S,dP", "P,dS", "dS free", "dS out", "dK,dV wait", "dS ready", "dQ product",
                                     "dQ out"};
 
@@ -103,7 +93,7 @@ template <int D, bool CAUSAL> int run(int n, int batch, int heads) {
           *delta = (float *)alloc(rows * 4), *dq = (float *)alloc(rows * D * 4);
     int *counter = (int *)alloc(4);
     uint32_t seed = 1;
-    for (bf16 *t : {q, k, v, dout}) fill_random<<<1024, 256>>>(t, elems, seed++);
+    for (bf16 *t : {q, k, v, dout}) timeline::fill_random<<<1024, 256>>>(t, elems, seed++);
     auto in = [&](const bf16 *t) { return tensor4{t, sb, sh, D}; };
     auto out = [&](void *t) { return out4{t, sb, sh, D}; };
     const float scale = 1.f / std::sqrt(float(D));

@@ -16,6 +16,17 @@ __device__ __forceinline__ unsigned long long now() {
     return c;
 }
 
+// Uniform bf16 values in [-1, 1) from a hash of the index: reproducible inputs without a host copy.
+static __global__ void fill_random(kittens::bf16 *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t x = uint32_t(i) * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        p[i] = __float2bfloat16((x & 0xffff) / 32768.f - 1.f);
+    }
+}
+
 // Mean microseconds of launch() over `reps` back-to-back calls, after three warm-ups; exits on a CUDA error.
 template <typename F> float time_us(F launch, int reps) {
     for (int i = 0; i < 3; i++) launch();
