@@ -136,7 +136,9 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // head's blocks fill a whole round (N >= 8K) the blocks that drew a head's first key blocks carry most of
     // the work, so there (heaviest_first) the order is by key block across heads: block 0 of every head, then
     // block 1, ... Measured at D = 128 (H100, x cuDNN): N = 1K 1.09 head-major / 0.65 heaviest-first / 0.75
-    // alternating heavy and light blocks within a head; N = 16K 0.70 / 0.89 / 0.80.
+    // alternating heavy and light blocks within a head; N = 16K 0.70 / 0.89 / 0.80. With many heads the
+    // heaviest-first order loses again (N = 8K, D = 128: 16 heads 1198 us heaviest-first / 1620 head-major, 32 heads
+    // 2555 / 2445, 64 heads 8285 / 5137), so the launch uses it only for fewer than 32 (batch, kv head)s.
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
         const int grid = gridDim.x, round = id / grid;
