@@ -21,10 +21,14 @@ w8 = torch.randn(72, 64, device="cuda").to(torch.float8_e4m3fn)
 one = torch.ones((), device="cuda")
 for dt in (torch.bfloat16, torch.float16, torch.float32):
     tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
-# 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store (at K = 256 odd blocks
-# write theirs half a task later than even ones).
-for k in (64, 256):
+# 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store, with B resident
+# (K <= 256: runs of 2 tasks down each column); at K = 264 the hinted blocks, whose odd blocks write half a task later.
+for k in (64, 256, 264):
     tk_ops.matmul(torch.randn(2048, k, device="cuda").bfloat16(), torch.randn(4096, k, device="cuda").bfloat16().t())
+# B resident with runs of 3 tasks in columns of 32: some blocks reload their panel part-way, ragged edges, K = 200.
+a, b = torch.randn(4000, 200, device="cuda").bfloat16(), torch.randn(200, 3000, device="cuda").bfloat16()
+out = tk_ops.matmul(a, b)
+assert ((out.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item() < 1e-2
 # Split-K: a small output over a long, ragged contraction (fp32 partial sums added by TMA).
 a, b = torch.randn(5000, 200, device="cuda").bfloat16().t(), torch.randn(5000, 136, device="cuda").bfloat16()
 out = tk_ops.matmul(a, b)

@@ -18,6 +18,11 @@ template <major AM, major BM_, bool BIAS = false> using big = gemm<bf16, bf16, A
 // The big configuration for short contractions: L2 eviction hints (operands evict_last, output evict_first), and
 // the blocks' output writes in two phases half a task apart (measured at K = 256-512: +2-3.5%, H100).
 template <major AM, major BM_, bool BIAS = false> using hinted = gemm<bf16, bf16, AM, BM_, 256, 4, BIAS ? 32 : 64, true, 2, 16, BIAS, false, 2>;
+// Contractions of at most 256: the block column's B panel stays in shared memory (RESIDENT_B), the ring streams A
+// alone, blocks take runs of tasks down a column, and all blocks write at once (one phase measured better than two
+// here). Measured against hinted in one process (tools/gemm_resident_ab.cu, H100): 4096x4096x256 0.91, 8192x8192x256
+// 0.88, 4000x3000x200 0.84-0.88 (time ratio).
+template <major AM, major BM_, bool BIAS = false> using resident = gemm<bf16, bf16, AM, BM_, 256, 4, 64, true, 2, 16, BIAS, false, 1, true, 2>;
 // 128 x 128 blocks, 5-stage ring: twice the tasks, for problems too small to fill the GPU with big blocks.
 template <major AM, major BM_, bool BIAS = false> using small = gemm<bf16, bf16, AM, BM_, 128, 5, 128, false, 2, 16, BIAS>;
 
@@ -35,21 +40,37 @@ template <major AM, major BM_, bool BIAS = false> using tiny = gemm<bf16, bf16, 
 // The tiny blocks with an fp32 output that each task adds its partial sum into (split-K).
 template <major AM, major BM_> using split = gemm<bf16, float, AM, BM_, 128, 6, 128, false, 1, 16, false, true>;
 
-enum class config { big, hinted, small, tiny };
+enum class config { big, hinted, small, tiny, resident };
 
-// TK_OPS_GEMM_CONFIG=big|hinted|small|tiny forces a configuration (for tuning); by default the shape decides.
+// Whether the resident-B configuration can run the problem (its panel holds K <= 256), and pays: each block's run of
+// tasks down the columns should seldom cross into the next column, where the panel is reloaded with the ring stopped
+// (4096 x 4096 x 256: runs of 4 in columns of 32, none cross; 640 x 16384 x 256: runs of 3 in columns of 5, measured
+// 3-4% slower than hinted).
+bool resident_fits(int M, int N, int K, int sms, bool forced) {
+    using R = resident<major::k, major::k>;
+    if (K > R::RESIDENT_SLICES * R::BK) return false;
+    if (forced) return true;
+    const int tiles_m = (M + R::BM - 1) / R::BM, tiles = R::num_tasks(M, N);
+    const int blocks = tiles < sms ? tiles : sms, run = (tiles + blocks - 1) / blocks;
+    return tiles_m % run == 0 || 4 * run <= tiles_m;
+}
+
+// TK_OPS_GEMM_CONFIG=big|hinted|small|tiny|resident forces a configuration (for tuning; resident falls back to hinted
+// where K > 256); by default the shape decides.
 config pick(int M, int N, int K) {
     static const char *forced = std::getenv("TK_OPS_GEMM_CONFIG");
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
     if (forced) {
         std::string f(forced);
+        if (f == "resident") return resident_fits(M, N, K, sms, true) ? config::resident : config::hinted;
         return f == "small" ? config::small : f == "hinted" ? config::hinted : f == "tiny" ? config::tiny : config::big;
     }
-    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
     if (2 * small<major::k, major::k>::num_tasks(M, N) <= sms) return config::tiny;
     if (2 * big<major::k, major::k>::num_tasks(M, N) <= sms) return config::small;
     // Short K: the streamed-out C would evict the operand panels the other blocks are about to read (measured,
     // tools/gemm_sweep.py: 8192x8192x256 +5-8%, 4096x4096x256 +3%, 4096x4096x512 +2%; at 8192^3 the hints cost
     // 1-2%, so long K keeps the plain configuration).
+    if (resident_fits(M, N, K, sms, false)) return config::resident;
     if (K <= 512) return config::hinted;
     return config::big;
 }
@@ -60,6 +81,7 @@ cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cuda
     case config::small: return launch_gemm<small<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
     case config::tiny: return launch_gemm<tiny<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
     case config::hinted: return launch_gemm<hinted<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
+    case config::resident: return launch_gemm<resident<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
     default: return launch_gemm<big<AM, BM_, BIAS>>(a, b, c, M, N, K, nullptr, nullptr, stream, bias);
     }
 }

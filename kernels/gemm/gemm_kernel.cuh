@@ -31,13 +31,28 @@ enum class major { k, mn };
 // PHASES: blocks write their output PHASES ways apart within a task (LCSF STORE_PHASES). The blocks otherwise run in
 // near lockstep and all write a task's block at the same moment, a burst the memory system drains slower than the
 // same bytes spread out.
+// RESIDENT_B: for contractions of at most RESIDENT_SLICES K-slices, the whole B panel of a block column (BN x K) stays
+// in shared memory (an LCSF resident block) while the block works down that column; the ring then streams A alone.
+// Each block takes a contiguous run of tasks down the columns, so it loads B once (or twice where its run crosses
+// into the next column). A stage is a third of the bytes, which buys epilogue buffers (BUFFERS per warp).
+// BUFFERS: epilogue pieces a warp may have in flight (0: two, or one where a piece is the whole block).
+template <bool ON, typename B_TILE, int SLICES> struct resident_operand {};
+template <typename B_TILE, int SLICES> struct resident_operand<true, B_TILE, SLICES> {
+    struct resident_block {
+        B_TILE b[SLICES];
+    };
+};
+
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
           bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false, bool SPLIT_K = false,
-          int PHASES = 1>
-struct gemm {
+          int PHASES = 1, bool RESIDENT_B = false, int BUFFERS = 0>
+struct gemm : resident_operand<RESIDENT_B,
+                               std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, 128 / int(sizeof(T_IN))>, st<T_IN, 128 / int(sizeof(T_IN)), BN>>,
+                               4> {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
     static_assert(!SPLIT_K || (std::same_as<T_OUT, float> && !BIAS), "split-K adds fp32 partial sums, without a bias");
+    static_assert(!(SPLIT_K && RESIDENT_B), "the resident B panel holds a whole contraction");
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
     static constexpr int NUM_CONSUMERS = CONSUMERS, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
@@ -47,8 +62,10 @@ struct gemm {
     static constexpr int BK = 128 / int(sizeof(T_IN)); // one 128-byte swizzle row per K-slice
     static constexpr int C_COLS = C_PIECE;               // epilogue piece width
     static constexpr int PIECES = BN / C_COLS;
-    static constexpr int C_BUFFERS = PIECES > 1 ? 2 : 1; // double-buffer pieces; a whole tile needs one
+    static constexpr int C_BUFFERS = BUFFERS > 0 ? BUFFERS : PIECES > 1 ? 2 : 1; // double-buffer pieces; a whole tile needs one
+    static constexpr int RESIDENT_SLICES = RESIDENT_B ? 4 : 0; // K-slices of the resident B panel: K <= 4 * BK
     static_assert(BN % C_COLS == 0, "the epilogue piece width must divide the block width");
+    static_assert(PIECES % C_BUFFERS == 0, "pieces take the buffers in turn across tasks: their count must divide the pieces'");
 
     using a_tile = std::conditional_t<A_MAJOR == major::k, st<T_IN, 64, BK>, st<T_IN, BK, 64>>;
     using b_tile = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, BK>, st<T_IN, BK, BN>>;
@@ -68,10 +85,14 @@ struct gemm {
         const float *scale_a, *scale_b; // per-tensor scales (fp8); null means 1
         bias_gl bias;                   // (N) added to every row of C when BIAS
     };
-    struct input_block {
+    struct streamed_ab {
         a_tile a[NUM_CONSUMERS];
         b_tile b;
     };
+    struct streamed_a {
+        a_tile a[NUM_CONSUMERS];
+    };
+    using input_block = std::conditional_t<RESIDENT_B, streamed_a, streamed_ab>;
     struct plain_output {
         c_tile c[NUM_CONSUMERS][C_BUFFERS][WARPGROUP_WARPS];
     };
@@ -93,6 +114,18 @@ struct gemm {
     // A row-panels and B column-panels, which then stay in L2. Split-K repeats the walk once per range.
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         const int tiles = g.tiles_m * g.tiles_n;
+        if constexpr (RESIDENT_B) {
+            // Block x runs tasks [x * run, (x + 1) * run) in column-major order (run = ceil(tiles / blocks): no more
+            // rounds than any order), so consecutive tasks share their B panel.
+            const int blocks = gridDim.x, run = (tiles + blocks - 1) / blocks;
+            const int round = id / blocks, linear = (id - round * blocks) * run + round;
+            if (round >= run || linear >= tiles) return false;
+            t.n = linear / g.tiles_m;
+            t.m = linear - t.n * g.tiles_m;
+            t.k0 = 0;
+            t.iters = g.k_iters;
+            return true;
+        }
         if (id >= tiles * g.splits) return false;
         const int split = id / tiles;
         id -= split * tiles;
@@ -107,20 +140,32 @@ struct gemm {
         return true;
     }
 
-    __device__ static inline void load(lcsf::producer_args<gemm> &p) {
-        tma::expect_bytes(p.arrived, NUM_CONSUMERS * tma::transfer_bytes<a_tile>::value + tma::transfer_bytes<b_tile>::value);
-        auto load = [&](auto &dst, const auto &src, coord idx) {
-            if constexpr (L2_HINTS) tma::load_async(dst, src, idx, p.arrived, tma::l2::evict_last);
-            else tma::load_async(dst, src, idx, p.arrived);
-        };
-        const int k = p.task.k0 + p.iter;
-        for (int c = 0; c < NUM_CONSUMERS; c++) {
-            if constexpr (A_MAJOR == major::k) load(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, k});
-            else load(p.input.a[c], p.g.a, {k, p.task.m * NUM_CONSUMERS + c});
-        }
-        if constexpr (B_MAJOR == major::k) load(p.input.b, p.g.b, {p.task.n, k});
-        else load(p.input.b, p.g.b, {k, p.task.n});
+    template <typename DST, typename SRC> __device__ static inline void load_tile(DST &dst, const SRC &src, coord idx, semaphore &bar) {
+        if constexpr (L2_HINTS) tma::load_async(dst, src, idx, bar, tma::l2::evict_last);
+        else tma::load_async(dst, src, idx, bar);
     }
+    __device__ static inline void load_b(b_tile &dst, const globals &g, int n, int k, semaphore &bar) {
+        if constexpr (B_MAJOR == major::k) load_tile(dst, g.b, {n, k}, bar);
+        else load_tile(dst, g.b, {k, n}, bar);
+    }
+
+    // Stage `iter`: both consumers' A slices, and B's (with RESIDENT_B: into the resident panel, only while a new
+    // column's first task fills it).
+    __device__ static inline void load(lcsf::producer_args<gemm> &p) {
+        const int k = p.task.k0 + p.iter;
+        const bool with_b = !RESIDENT_B || p.fill_resident;
+        tma::expect_bytes(p.arrived, NUM_CONSUMERS * tma::transfer_bytes<a_tile>::value + (with_b ? tma::transfer_bytes<b_tile>::value : 0));
+        for (int c = 0; c < NUM_CONSUMERS; c++) {
+            if constexpr (A_MAJOR == major::k) load_tile(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, k}, p.arrived);
+            else load_tile(p.input.a[c], p.g.a, {k, p.task.m * NUM_CONSUMERS + c}, p.arrived);
+        }
+        if constexpr (RESIDENT_B) {
+            if (p.fill_resident) load_b(p.resident->b[p.iter], p.g, p.task.n, k, p.arrived);
+        } else {
+            load_b(p.input.b, p.g, p.task.n, k, p.arrived);
+        }
+    }
+    __device__ static inline bool same_resident(const task &a, const task &b) { return a.n == b.n; }
 
     // The task's bias slice goes to shared memory by cp.async, which needs no registers (the accumulators
     // leave none to spare) and lands long before finish() reads it. The barrier first: every lane of this
@@ -136,7 +181,10 @@ struct gemm {
     // previous stage's group, whose stage the template hands back.
     __device__ static inline void compute(lcsf::consumer_args<gemm> &c) {
         auto &a = c.input.a[c.consumer];
-        auto &b = c.input.b;
+        auto &b = [&]() -> b_tile & {
+            if constexpr (RESIDENT_B) return c.resident->b[c.iter];
+            else return c.input.b;
+        }();
         auto &acc = c.state.acc;
         if (c.iter == 0) {
             if constexpr (A_KMAJOR && B_KMAJOR) warpgroup::mm_ABt(acc, a, b);

@@ -11,6 +11,8 @@ cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int
                         const float *scale_b, cudaStream_t stream, const void *bias = nullptr, int splits = 1) {
     using TI = typename G::a_gl::T;
     using TO = typename G::c_gl::T;
+    // The resident B panel holds RESIDENT_SLICES K-slices: a longer contraction would load past it.
+    if (G::RESIDENT_SLICES && (K + G::BK - 1) / G::BK > G::RESIDENT_SLICES) return cudaErrorInvalidValue;
     static tk_kernels::globals_cache<typename G::globals> cache;
     typename tk_kernels::globals_cache<typename G::globals>::key_t key = {
         uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(M), uint64_t(N), uint64_t(K), uint64_t(scale_a), uint64_t(scale_b)};

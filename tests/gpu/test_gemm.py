@@ -25,9 +25,10 @@ def make_operand(rows, cols, transposed, dtype=torch.bfloat16):
 
 
 # (4100, 3064, 264): short K with ragged edges on many tasks per block, the configuration whose odd blocks write their
-# output half a task later than even ones.
+# output half a task later than even ones. K <= 256 keeps B resident: (3000, 3000, 200) with runs of 3 tasks in columns
+# of 24, (4000, 3000, 200) with runs of 3 in columns of 32, so some blocks reload their panel part-way.
 SHAPES = [(1000, 1000, 1024), (4097, 3064, 2048), (1, 256, 512), (1, 8, 8), (129, 264, 72),
-          (2048, 2048, 2048), (300, 520, 4104), (4100, 3064, 264)]
+          (2048, 2048, 2048), (300, 520, 4104), (4100, 3064, 264), (3000, 3000, 200), (4000, 3000, 200)]
 
 
 @pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -46,7 +47,7 @@ def test_matmul(mnk, a_t, b_t):
 
 @pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_t"])
 def test_matmul_output_larger_than_l2(b_t):
-    """Short K with an output bigger than L2 takes the configuration with L2 eviction hints."""
+    """Short K with an output bigger than L2 (the resident-B configuration, with L2 eviction hints, ragged N)."""
     m, n, k = 8192, 8200, 256
     a, b = make_operand(m, k, False), make_operand(k, n, b_t)
     fresh_pool_with_nan(m * n)

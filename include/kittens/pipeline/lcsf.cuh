@@ -44,6 +44,19 @@
 //                                                       in increasing order: get_task's order is then the order in
 //                                                       which tasks start, and nothing needs to balance rounds.
 //                                                       The producer looks each drawn task up and hands it over.
+// and optionally, for operands a block keeps across several tasks (the B panel of a short-K GEMM, loaded once per
+// column of output blocks instead of once per task, which leaves the ring two thirds fewer bytes to stream):
+//   struct resident_block;                              shared memory outside the ring (hooks see p.resident,
+//                                                       c.resident)
+//   static __device__ bool same_resident(const task &a, const task &b);  b can use what was loaded for a
+//                                                       (an equivalence: the same panel, say)
+//                                                       A task that cannot use the block before it has
+//                                                       p.fill_resident set in load(): stage i then also loads
+//                                                       the block's part for stage i, on the same semaphore, so
+//                                                       compute(i) may read that part once the stage has arrived.
+//                                                       The producer waits first until every consumer has
+//                                                       finished the last task that read the old block (that
+//                                                       reload is not overlapped: order tasks so it is rare).
 // Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
 // whether it exists), so a kernel can prefetch for it. With
 //   static constexpr bool LOOKUP_NEXT_EARLY = true;     the template looks that task up once, before setup, and
@@ -61,12 +74,23 @@
 namespace kittens {
 namespace lcsf {
 
+template <typename K> constexpr bool has_resident() { return requires { typename K::resident_block; }; }
+struct no_resident {};
+template <typename K> struct resident_of { using type = no_resident; };
+template <typename K>
+    requires requires { typename K::resident_block; }
+struct resident_of<K> {
+    using type = typename K::resident_block;
+};
+
 template <typename K> struct producer_args {
     const typename K::globals &g;
     typename K::input_block &input; // the stage to fill
     semaphore &arrived;             // expect this stage's bytes on it
     const typename K::task &task;
     int iter; // stage index within the task
+    typename resident_of<K>::type *resident = nullptr; // the resident block (kernels that have one)
+    bool fill_resident = false;                        // this task (re)loads it, a part per stage
 };
 
 template <typename K> struct consumer_args {
@@ -80,6 +104,7 @@ template <typename K> struct consumer_args {
     int next_id;  // this block's next task (it exists iff K::get_task accepts the id)
     const typename K::task &next; // that task, looked up (LOOKUP_NEXT_EARLY or DYNAMIC_TASKS: otherwise unset)
     bool has_next;                // whether `next` holds it
+    typename resident_of<K>::type *resident = nullptr; // the task's resident block (kernels that have one)
 };
 
 template <typename K> constexpr int release_lag() {
@@ -171,13 +196,17 @@ template <typename K> constexpr int num_threads() { return (K::NUM_CONSUMERS + 1
 // Dynamic shared memory: the ring and the output block. The dynamic array is declared 1 KB aligned (the 128-byte
 // swizzle's period), and the static part before it is rounded up to that alignment, so nothing is skipped; the
 // kernel checks this at start rather than reserving a 1 KB margin, which the attention backward needs for tiles.
+template <typename K> constexpr int resident_bytes() {
+    if constexpr (has_resident<K>()) return int(sizeof(typename K::resident_block));
+    else return 0;
+}
 template <typename K> constexpr int shared_bytes() {
-    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + sizeof(typename K::output_block));
+    return int(sizeof(typename K::input_block) * K::INPUT_STAGES + resident_bytes<K>() + sizeof(typename K::output_block));
 }
 // Static shared memory: the kernel's semaphores and task queue, declared below; ptxas rounds the static part up to
 // the 1 KB alignment of the dynamic array that follows it.
 template <typename K> constexpr int static_shared_bytes() {
-    return (int(2 * K::INPUT_STAGES * sizeof(semaphore) + sizeof(task_queue<K>)) + 1023) / 1024 * 1024;
+    return (int((2 * K::INPUT_STAGES + 2) * sizeof(semaphore) + sizeof(task_queue<K>)) + 1023) / 1024 * 1024;
 }
 
 template <typename K>
@@ -194,8 +223,15 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     if (smem_addr(shm) % shared_allocator::ALIGN != 0) __trap(); // shared_bytes() left no margin for realignment
     shared_allocator al(shm);
     typename K::input_block(&inputs)[STAGES] = al.allocate<typename K::input_block, STAGES>();
+    constexpr bool RESIDENT = has_resident<K>();
+    using resident_t = typename resident_of<K>::type;
+    static_assert(!RESIDENT || sizeof(resident_t) % shared_allocator::ALIGN == 0 && sizeof(typename K::input_block) % shared_allocator::ALIGN == 0,
+                  "LCSF: the input and resident blocks must be whole 1 KB units (shared_bytes() leaves no padding)");
+    resident_t *resident = nullptr;
+    if constexpr (RESIDENT) resident = &al.allocate<resident_t>();
     typename K::output_block &output = al.allocate<typename K::output_block>();
     __shared__ semaphore arrived[STAGES], finished[STAGES];
+    __shared__ semaphore resident_free; // used with RESIDENT only
     __shared__ task_queue<K> queue; // used with QUEUE only
     constexpr bool DYNAMIC = dynamic_tasks<K>();
     // With the dynamic schedule the producer draws every next task, looks it up and hands it over through `queue`.
@@ -209,6 +245,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             init_semaphore(finished[s], CONSUMER_WARPS); // one arrival per consumer warp
         }
         if constexpr (QUEUE) queue.init(CONSUMER_WARPS);
+        if constexpr (RESIDENT) init_semaphore(resident_free, CONSUMER_WARPS);
     }
     __syncthreads();
 
@@ -217,11 +254,22 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
         warpgroup::decrease_registers<K::PRODUCER_REGISTERS>();
         if (warpgroup::warpid() == 0 && laneid() == 0) {
             int ring = 0; // stages issued so far, across tasks
+            int loads = 0; // resident blocks loaded so far
+            typename K::task last;
             auto load_stages = [&](const typename K::task &t) {
+                bool fill = false;
+                if constexpr (RESIDENT) {
+                    fill = loads == 0 || !K::same_resident(last, t);
+                    if (fill) {
+                        if (loads > 0) wait(resident_free, (loads - 1) & 1); // every consumer is done with the old one
+                        loads++;
+                        last = t;
+                    }
+                }
                 for (int i = 0; i < t.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once
-                    producer_args<K> a{g, inputs[s], arrived[s], t, i};
+                    producer_args<K> a{g, inputs[s], arrived[s], t, i, resident, fill};
                     K::load(a);
                 }
             };
@@ -266,14 +314,15 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
                 if constexpr (EARLY) has_next = K::get_task(g, next_id, next);
             }
             const bool next_seen = EARLY && has_next;
-            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, next_id, next, next_seen};
+            static_assert(!RESIDENT || EARLY || has_deferred_store<K>(), "LCSF RESIDENT needs the next task looked up early");
+            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, next_id, next, next_seen, resident};
             consumer_args<K> prev{g, inputs[0], output, state, previous, 0, consumer, next_id, next, false};
             K::setup(a);
             if constexpr (has_deferred_store<K>() && !EARLY) has_next = K::get_task(g, next_id, next);
             for (int i = 0; i < task.iters; i++, ring++) {
                 int s = ring % STAGES;
                 wait(arrived[s], (ring / STAGES) & 1);
-                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer, next_id, next, next_seen};
+                consumer_args<K> c{g, inputs[s], output, state, task, i, consumer, next_id, next, next_seen, resident};
                 K::compute(c);
                 if constexpr (LAG == 0) {
                     if (laneid() == 0) arrive(finished[s]);
@@ -294,6 +343,9 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
                     K::drain(a);
                     if (laneid() == 0) arrive(finished[(ring - 1) % STAGES]);
                 }
+            }
+            if constexpr (RESIDENT) { // after the drain: no wgmma reads the resident block any more
+                if (has_next && !K::same_resident(task, next) && laneid() == 0) arrive(resident_free);
             }
             if constexpr (has_deferred_store<K>()) {
                 if (pending) K::store(prev, 0, K::STORE_PIECES); // a task with no stages
