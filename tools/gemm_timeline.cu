@@ -1,4 +1,5 @@
-// Where a GEMM task's time goes: the hinted bf16 configuration (both operands K-major) wrapped so that every
+// Where a GEMM task's time goes: the hinted bf16 configuration (both operands K-major; with -DTIMELINE_RESIDENT the
+// resident-B one, K <= 256) wrapped so that every
 // LCSF hook stamps clock64 (first lane of each consumer warpgroup, and the producer's loads), then one launch's
 // stamps printed per task for two blocks, with averages over all blocks.
 //
@@ -32,7 +33,11 @@ __device__ __forceinline__ void stamp(int role, int task, int ev) {
         g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = timeline::now();
 }
 
-using hinted = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16>;
+#ifdef TIMELINE_RESIDENT
+using timed = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16, false, false, 1, true, 2>;
+#else
+using timed = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16>;
+#endif
 
 // The kernel K with stamps around its hooks.
 template <typename K> struct stamped : timeline::wrapped<stamped<K>, K> {
@@ -42,9 +47,14 @@ template <typename K> struct stamped : timeline::wrapped<stamped<K>, K> {
 
     __device__ static void load(typename base::producer &p) {
         // This block's task number, from the task's position in get_task's order.
+#ifdef TIMELINE_RESIDENT
+        const int run = (p.g.tiles_m * p.g.tiles_n + gridDim.x - 1) / gridDim.x;
+        const int task = p.task.n * p.g.tiles_m + p.task.m - blockIdx.x * run;
+#else
         const int band = p.task.m / 16, first_m = band * 16, rows = min(16, p.g.tiles_m - first_m);
         const int id = band * 16 * p.g.tiles_n + p.task.n * rows + (p.task.m - first_m);
         const int task = (id - blockIdx.x) / gridDim.x;
+#endif
         if (p.iter < MAX_STAGES && task < MAX_TASKS && threadIdx.x % kittens::WARPGROUP_THREADS == 0)
             g_stamps[((blockIdx.x * ROLES + 2) * MAX_TASKS + task) * EVENTS + compute_in + p.iter] = timeline::now();
         K::load(as_k(p));
@@ -101,10 +111,10 @@ int main(int argc, char **argv) {
     cudaMalloc(&stamps, count * 8);
     cudaMemcpyToSymbol(g_stamps, &stamps, sizeof(stamps));
 
-    std::printf("%dx%dx%d: %.2f us unstamped, %.2f us stamped\n", M, N, K, time_us<hinted>(a, b, c, M, N, K, 50),
-                time_us<stamped<hinted>>(a, b, c, M, N, K, 50));
+    std::printf("%dx%dx%d: %.2f us unstamped, %.2f us stamped\n", M, N, K, time_us<timed>(a, b, c, M, N, K, 50),
+                time_us<stamped<timed>>(a, b, c, M, N, K, 50));
     cudaMemset(stamps, 0, count * 8);
-    time_us<stamped<hinted>>(a, b, c, M, N, K, 1); // the last launch's stamps are what remain
+    time_us<stamped<timed>>(a, b, c, M, N, K, 1); // the last launch's stamps are what remain
     cudaDeviceSynchronize();
     std::vector<unsigned long long> h(count);
     cudaMemcpy(h.data(), stamps, count * 8, cudaMemcpyDeviceToHost);
