@@ -167,6 +167,14 @@ struct gemm : resident_operand<RESIDENT_B,
     }
     __device__ static inline bool same_resident(const task &a, const task &b) { return a.n == b.n; }
 
+    // The three tensor maps fetched at launch, while the block sets its semaphores up (measured: ~0.1 us of a
+    // 17 us 4096x4096x256 call, within noise elsewhere; a first load otherwise waits for its map).
+    __device__ static inline void prepare(const globals &g) {
+        tma::prefetch_maps(g.a);
+        tma::prefetch_maps(g.b);
+        tma::prefetch_maps(g.c);
+    }
+
     // The task's bias slice goes to shared memory by cp.async, which needs no registers (the accumulators
     // leave none to spare) and lands long before finish() reads it. The barrier first: every lane of this
     // consumer has finished reading the previous task's slice.

@@ -57,6 +57,9 @@
 //                                                       The producer waits first until every consumer has
 //                                                       finished the last task that read the old block (that
 //                                                       reload is not overlapped: order tasks so it is rare).
+// and optionally
+//   static __device__ void prepare(const globals&);     called once per block at launch, before anything waits (e.g. to
+//                                                       prefetch tensor maps)
 // Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
 // whether it exists), so a kernel can prefetch for it. With
 //   static constexpr bool LOOKUP_NEXT_EARLY = true;     the template looks that task up once, before setup, and
@@ -240,6 +243,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
     constexpr bool QUEUE = DYNAMIC;
 
     if (threadIdx.x == 0) {
+        if constexpr (requires { K::prepare(g); }) K::prepare(g);
         for (int s = 0; s < STAGES; s++) {
             init_semaphore(arrived[s], 1);              // the producer's expect is the one arrival
             init_semaphore(finished[s], CONSUMER_WARPS); // one arrival per consumer warp

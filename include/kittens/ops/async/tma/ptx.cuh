@@ -78,6 +78,11 @@ __device__ __forceinline__ void prefetch_4d(const CUtensorMap *m, int c0, int c1
                  : "memory");
 }
 
+// Fetch a tensor map into the SM's descriptor cache ahead of its first use.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap *m) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(map_addr(m)) : "memory");
+}
+
 } // namespace detail
 } // namespace tma
 } // namespace kittens

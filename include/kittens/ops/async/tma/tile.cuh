@@ -103,5 +103,12 @@ __device__ inline void prefetch(ST &dst, const GL &src, const coord &idx) {
     detail::for_each_chunk(dst, idx, [&](uint32_t, int c, int r, int d, int b) { detail::prefetch_4d(m, c, r, d, b); });
 }
 
+// Fetch every tensor map of `g` into the descriptor cache: issued at launch, it takes the fetch off the first
+// load's latency (the first TMA of a block otherwise waits for its map to come from memory).
+template <ducks::gl::all GL> __device__ inline void prefetch_maps(const GL &g) {
+#pragma unroll
+    for (int i = 0; i < GL::num_tma; i++) detail::prefetch_map(&g.tma.m[i]);
+}
+
 } // namespace tma
 } // namespace kittens
