@@ -34,7 +34,9 @@ enum class major { k, mn };
 // RESIDENT_B: for contractions of at most RESIDENT_SLICES K-slices, the whole B panel of a block column (BN x K) stays
 // in shared memory (an LCSF resident block) while the block works down that column; the ring then streams A alone.
 // Each block takes a contiguous run of tasks down the columns, so it loads B once (or twice where its run crosses
-// into the next column). A stage is a third of the bytes, which buys epilogue buffers (BUFFERS per warp).
+// into the next column). A stage is a third of the bytes; the panel takes the shared memory the B tiles of the ring
+// had (4 A stages + panel + 2 epilogue buffers per warp: 224 KB, as the hinted blocks), and streaming a third of the
+// bytes is what made it 9-12% faster at K = 256 (trading stages for epilogue buffers lost, perf notes).
 // BUFFERS: epilogue pieces a warp may have in flight (0: two, or one where a piece is the whole block).
 template <bool ON, typename B_TILE, int SLICES> struct resident_operand {};
 template <typename B_TILE, int SLICES> struct resident_operand<true, B_TILE, SLICES> {
