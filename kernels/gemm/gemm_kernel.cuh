@@ -38,6 +38,11 @@ enum class major { k, mn };
 // had (4 A stages + panel + 2 epilogue buffers per warp: 224 KB, as the hinted blocks), and streaming a third of the
 // bytes is what made it 9-12% faster at K = 256 (trading stages for epilogue buffers lost, perf notes).
 // BUFFERS: epilogue pieces a warp may have in flight (0: two, or one where a piece is the whole block).
+// One K-slice of B (a 128-byte swizzle row of K) for a block BN wide, in B's memory order.
+template <typename T_IN, major B_MAJOR, int BN>
+using b_slice = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, 128 / int(sizeof(T_IN))>, st<T_IN, 128 / int(sizeof(T_IN)), BN>>;
+inline constexpr int RESIDENT_B_SLICES = 4; // the resident panel holds K <= 4 slices (256 for 16-bit inputs)
+
 template <bool ON, typename B_TILE, int SLICES> struct resident_operand {};
 template <typename B_TILE, int SLICES> struct resident_operand<true, B_TILE, SLICES> {
     struct resident_block {
@@ -48,9 +53,7 @@ template <typename B_TILE, int SLICES> struct resident_operand<true, B_TILE, SLI
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
           bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false, bool SPLIT_K = false,
           int PHASES = 1, bool RESIDENT_B = false, int BUFFERS = 0>
-struct gemm : resident_operand<RESIDENT_B,
-                               std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, 128 / int(sizeof(T_IN))>, st<T_IN, 128 / int(sizeof(T_IN)), BN>>,
-                               4> {
+struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_B_SLICES> {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
     static_assert(!SPLIT_K || (std::same_as<T_OUT, float> && !BIAS), "split-K adds fp32 partial sums, without a bias");
@@ -65,12 +68,12 @@ struct gemm : resident_operand<RESIDENT_B,
     static constexpr int C_COLS = C_PIECE;               // epilogue piece width
     static constexpr int PIECES = BN / C_COLS;
     static constexpr int C_BUFFERS = BUFFERS > 0 ? BUFFERS : PIECES > 1 ? 2 : 1; // double-buffer pieces; a whole tile needs one
-    static constexpr int RESIDENT_SLICES = RESIDENT_B ? 4 : 0; // K-slices of the resident B panel: K <= 4 * BK
+    static constexpr int RESIDENT_SLICES = RESIDENT_B ? RESIDENT_B_SLICES : 0; // K-slices of the resident B panel
     static_assert(BN % C_COLS == 0, "the epilogue piece width must divide the block width");
     static_assert(PIECES % C_BUFFERS == 0, "pieces take the buffers in turn across tasks: their count must divide the pieces'");
 
     using a_tile = std::conditional_t<A_MAJOR == major::k, st<T_IN, 64, BK>, st<T_IN, BK, 64>>;
-    using b_tile = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, BK>, st<T_IN, BK, BN>>;
+    using b_tile = b_slice<T_IN, B_MAJOR, BN>;
     using c_tile = st<T_OUT, 16, C_COLS>; // one warp's rows of an epilogue piece: each warp stores its own
     using a_gl = gl<T_IN, 1, 1, -1, -1, a_tile>;
     using b_gl = gl<T_IN, 1, 1, -1, -1, b_tile>;
