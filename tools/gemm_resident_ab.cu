@@ -1,11 +1,13 @@
 // Short-K GEMM configurations side by side in one process: the hinted blocks (K <= 512) against the resident-B
 // configuration that serves K <= 256 (RESIDENT_B: the block column's B panel stays in shared memory) and two of its
 // variants, on random inputs, both B layouts. Each variant's output is compared with hinted's bit for bit (the same wgmmas in the same order), and
-// timed back to back in the order A B .. B A.
+// timed in the order A B .. B A twice: back to back on one input set (warm), and one call at a time after a spin
+// kernel, rotating input sets that span three times the L2 (cold, as `python -m tk_ops.bench` times).
 //
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -diag-suppress=20012 \
 //        -Iinclude/kittens -Ikernels -Ikernels/gemm -o /tmp/gemm_resident_ab tools/gemm_resident_ab.cu
 //   /tmp/gemm_resident_ab MxNxK ...          (on a GPU machine; default 4096x4096x256 8192x8192x256)
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +30,12 @@ template <typename G> cudaError_t run(const bf16 *a, const bf16 *b, bf16 *c, int
     return launch_gemm<G>(a, b, c, M, N, K, nullptr, nullptr, 0);
 }
 
-template <major BMJ> void compare(const char *layout, int M, int N, int K, const bf16 *a, const bf16 *b, bf16 *c) {
+// sets: input sets (a, b) of this size; the warm times use the first back to back, the cold ones rotate through all of
+// them with a spin kernel before each call, as the Python bench does.
+template <major BMJ> void compare(const char *layout, int M, int N, int K, const std::vector<const bf16 *> &as,
+                                  const std::vector<const bf16 *> &bs, bf16 *c) {
+    const bf16 *a = as[0], *b = bs[0];
+    const int sets = int(as.size());
     const size_t out = size_t(M) * N;
     std::vector<uint16_t> want(out), got(out);
     cudaMemset(c, 0xff, out * 2);
@@ -57,14 +64,17 @@ template <major BMJ> void compare(const char *layout, int M, int N, int K, const
         for (size_t i = 0; i < out; i++) bad += got[i] != want[i];
         if (bad) std::printf("  %s %dx%dx%d %s: %zu of %zu outputs differ from hinted\n", variants[v].name, M, N, K, layout, bad, out);
     }
-    float us[V] = {};
+    float us[V] = {}, cold[V] = {};
     for (int half = 0; half < 2; half++)
         for (int i = 0; i < V; i++) {
             const int v = half ? V - 1 - i : i;
             us[v] += 0.5f * timeline::time_us([&] { variants[v].fn(a, b, c, M, N, K); }, 100);
+            cold[v] += 0.5f * timeline::cold_us([&](int j) { variants[v].fn(as[j % sets], bs[j % sets], c, M, N, K); }, 60);
         }
-    std::printf("%5dx%5dx%-5d %-6s", M, N, K, layout);
+    std::printf("%5dx%5dx%-5d %-6s warm", M, N, K, layout);
     for (int v = 0; v < V; v++) std::printf("  %s %6.2f us (%.3f)", variants[v].name, us[v], us[v] / us[0]);
+    std::printf("\n%5dx%5dx%-5d %-6s cold", M, N, K, layout);
+    for (int v = 0; v < V; v++) std::printf("  %s %6.2f us (%.3f)", variants[v].name, cold[v], cold[v] / cold[0]);
     std::printf("\n");
 }
 
@@ -79,16 +89,29 @@ int main(int argc, char **argv) {
             std::printf("bad size %s (MxNxK, K <= 256)\n", s);
             return 1;
         }
-        bf16 *a, *b, *c;
-        cudaMalloc(&a, size_t(M) * K * 2);
-        cudaMalloc(&b, size_t(N) * K * 2);
+        // Input sets spanning three times the L2 (as the Python bench rotates them), at least two.
+        int l2 = 0;
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
+        const size_t set_bytes = (size_t(M) + N) * K * 2;
+        const int sets = std::max<size_t>(2, std::min<size_t>(64, (3 * size_t(l2) + set_bytes - 1) / set_bytes));
+        std::vector<const bf16 *> as(sets), bs(sets);
+        for (int i = 0; i < sets; i++) {
+            bf16 *a, *b;
+            cudaMalloc(&a, size_t(M) * K * 2);
+            cudaMalloc(&b, size_t(N) * K * 2);
+            timeline::fill_random<<<256, 256>>>(a, size_t(M) * K, 1 + 2 * i);
+            timeline::fill_random<<<256, 256>>>(b, size_t(N) * K, 2 + 2 * i);
+            as[i] = a;
+            bs[i] = b;
+        }
+        bf16 *c;
         cudaMalloc(&c, size_t(M) * N * 2);
-        timeline::fill_random<<<256, 256>>>(a, size_t(M) * K, 1);
-        timeline::fill_random<<<256, 256>>>(b, size_t(N) * K, 2);
-        compare<major::k>("b_t", M, N, K, a, b, c);
-        compare<major::mn>("b_row", M, N, K, a, b, c);
-        cudaFree(a);
-        cudaFree(b);
+        compare<major::k>("b_t", M, N, K, as, bs, c);
+        compare<major::mn>("b_row", M, N, K, as, bs, c);
+        for (int i = 0; i < sets; i++) {
+            cudaFree(const_cast<bf16 *>(as[i]));
+            cudaFree(const_cast<bf16 *>(bs[i]));
+        }
         cudaFree(c);
     }
     return 0;

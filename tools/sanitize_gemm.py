@@ -25,6 +25,8 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
 # (K <= 256: runs of 2 tasks down each column); at K = 264 the hinted blocks, whose odd blocks write half a task later.
 for k in (64, 256, 264):
     tk_ops.matmul(torch.randn(2048, k, device="cuda").bfloat16(), torch.randn(4096, k, device="cuda").bfloat16().t())
+# Runs of 4 tasks with B resident: the A rows two tasks ahead are prefetched into L2 on the way.
+tk_ops.matmul(torch.randn(2048, 256, device="cuda").bfloat16(), torch.randn(256, 8192, device="cuda").bfloat16())
 # B resident with runs of 3 tasks in columns of 32: some blocks reload their panel part-way, ragged edges, K = 200.
 a, b = torch.randn(4000, 200, device="cuda").bfloat16(), torch.randn(200, 3000, device="cuda").bfloat16()
 out = tk_ops.matmul(a, b)

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -46,6 +48,41 @@ template <typename F> float time_us(F launch, int reps) {
         std::exit(1);
     }
     return ms * 1000.f / reps;
+}
+
+static __global__ void spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+// Median microseconds of launch(i) over `reps` calls timed one at a time as the Python bench does: a spin kernel first
+// (so the call is queued before its start event fires), then events around the call. launch(i) should rotate through
+// input sets that together exceed L2, so that each call finds its inputs in DRAM ("cold").
+template <typename F> float cold_us(F launch, int reps) {
+    for (int i = 0; i < 3; i++) launch(i);
+    std::vector<cudaEvent_t> e(2 * reps);
+    for (auto &x : e) cudaEventCreate(&x);
+    for (int i = 0; i < reps; i++) {
+        spin<<<1, 1>>>(200000);
+        cudaEventRecord(e[2 * i]);
+        launch(3 + i);
+        cudaEventRecord(e[2 * i + 1]);
+    }
+    cudaDeviceSynchronize();
+    std::vector<float> us(reps);
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e[2 * i], e[2 * i + 1]);
+        us[i] = ms * 1000.f;
+    }
+    for (auto &x : e) cudaEventDestroy(x);
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+        std::printf("CUDA error: %s\n", cudaGetErrorString(err));
+        std::exit(1);
+    }
+    std::sort(us.begin(), us.end());
+    return us[reps / 2];
 }
 
 // Base of a kernel K wrapped so that its hooks can be stamped: Self is the wrapper (the kernel LCSF launches).

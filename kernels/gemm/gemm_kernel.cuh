@@ -38,6 +38,10 @@ enum class major { k, mn };
 // had (4 A stages + panel + 2 epilogue buffers per warp: 224 KB, as the hinted blocks), and streaming a third of the
 // bytes is what made it 9-12% faster at K = 256 (trading stages for epilogue buffers lost, perf notes).
 // BUFFERS: epilogue pieces a warp may have in flight (0: two, or one where a piece is the whole block).
+// PREFETCH_AHEAD (RESIDENT_B): the blocks warm L2 with the A rows of their tasks that many rounds ahead. When the inputs
+// come from DRAM (fresh inputs each call, as the bench times them) a new round's A reads otherwise wait behind the
+// output writes that keep DRAM busy, and the resident panel's gain was gone: measured 5-10% at K = 256 on fresh inputs,
+// within 1% on warm ones (docs/perf-notes.md).
 // One K-slice of B (a 128-byte swizzle row of K) for a block BN wide, in B's memory order.
 template <typename T_IN, major B_MAJOR, int BN>
 using b_slice = std::conditional_t<B_MAJOR == major::k, st<T_IN, BN, 128 / int(sizeof(T_IN))>, st<T_IN, 128 / int(sizeof(T_IN)), BN>>;
@@ -69,6 +73,11 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
     static constexpr int PIECES = BN / C_COLS;
     static constexpr int C_BUFFERS = BUFFERS > 0 ? BUFFERS : PIECES > 1 ? 2 : 1; // double-buffer pieces; a whole tile needs one
     static constexpr int RESIDENT_SLICES = RESIDENT_B ? RESIDENT_B_SLICES : 0; // K-slices of the resident B panel
+#ifdef GEMM_PREFETCH_AHEAD
+    static constexpr int PREFETCH_AHEAD = GEMM_PREFETCH_AHEAD;
+#else
+    static constexpr int PREFETCH_AHEAD = 2;
+#endif
     static_assert(BN % C_COLS == 0, "the epilogue piece width must divide the block width");
     static_assert(PIECES % C_BUFFERS == 0, "pieces take the buffers in turn across tasks: their count must divide the pieces'");
 
@@ -160,10 +169,7 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
         const int k = p.task.k0 + p.iter;
         const bool with_b = !RESIDENT_B || p.fill_resident;
         tma::expect_bytes(p.arrived, NUM_CONSUMERS * tma::transfer_bytes<a_tile>::value + (with_b ? tma::transfer_bytes<b_tile>::value : 0));
-        for (int c = 0; c < NUM_CONSUMERS; c++) {
-            if constexpr (A_MAJOR == major::k) load_tile(p.input.a[c], p.g.a, {p.task.m * NUM_CONSUMERS + c, k}, p.arrived);
-            else load_tile(p.input.a[c], p.g.a, {k, p.task.m * NUM_CONSUMERS + c}, p.arrived);
-        }
+        for (int c = 0; c < NUM_CONSUMERS; c++) load_tile(p.input.a[c], p.g.a, a_coord(p.task.m, c, k), p.arrived);
         if constexpr (RESIDENT_B) {
             if (p.fill_resident) load_b(p.resident->b[p.iter], p.g, p.task.n, k, p.arrived);
         } else {
@@ -172,12 +178,50 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
     }
     __device__ static inline bool same_resident(const task &a, const task &b) { return a.n == b.n; }
 
+    // Consumer c's A slice k of block row m.
+    __device__ static inline coord a_coord(int m, int c, int k) {
+        if constexpr (A_MAJOR == major::k) return {m * NUM_CONSUMERS + c, k};
+        else return {k, m * NUM_CONSUMERS + c};
+    }
+    // RESIDENT_B: L2 prefetches of the A row that this block's run reaches PREFETCH_AHEAD tasks on (on the run's first
+    // task, of every row up to there), issued while the producer waits for the task's first stage. A row is read in
+    // the same round by the blocks of every block column (each run covers the same rows of its column), so the
+    // prefetch of its boxes (K-slices x consumers) is shared out: column n takes boxes n, n + tiles_n, ...; one TMA
+    // request per block and task in the common case. (Issued from load(), the same requests cost 4-7% on warm inputs:
+    // the producer's stage loop no longer unrolled.)
+    __device__ static inline void before_loads(const globals &g, const task &t) {
+        if constexpr (RESIDENT_B) {
+            const int run = prefetch_run(), first = blockIdx.x * run, linear = t.n * g.tiles_m + t.m;
+            if (run == 0) return;
+            const int last = min(first + run, g.tiles_m * g.tiles_n) - 1; // the run's last task
+            const int boxes = g.k_iters * NUM_CONSUMERS;
+            for (int ahead = linear == first ? 1 : PREFETCH_AHEAD; ahead <= PREFETCH_AHEAD; ahead++) {
+                const int m = t.m + ahead;
+                if (linear + ahead > last || m >= g.tiles_m) return; // past the run, or in the next column
+                for (int box = t.n; box < boxes; box += g.tiles_n)
+                    tma::prefetch<a_tile>(g.a, a_coord(m, box % NUM_CONSUMERS, box / NUM_CONSUMERS));
+            }
+        }
+    }
+
     // The three tensor maps fetched at launch, while the block sets its semaphores up (measured: ~0.1 us of a
     // 17 us 4096x4096x256 call, within noise elsewhere; a first load otherwise waits for its map).
     __device__ static inline void prepare(const globals &g) {
         tma::prefetch_maps(g.a);
         tma::prefetch_maps(g.b);
         tma::prefetch_maps(g.c);
+        if constexpr (RESIDENT_B) {
+            const int run = (g.tiles_m * g.tiles_n + gridDim.x - 1) / gridDim.x;
+            prefetch_run() = g.tiles_m % run == 0 && g.k_iters >= INPUT_STAGES ? run : 0;
+        }
+    }
+    // RESIDENT_B: the length of every block's run of tasks where the A prefetch pays, else 0 (set at launch, so the
+    // producer divides nothing per task). It pays where every column's runs cover the same rows (otherwise a row's
+    // boxes are not all prefetched by someone) and where the ring cannot hold a whole task ahead (K = 128: 3-5% slower
+    // on fresh inputs with it, 4000x3000x200, whose runs cross columns, up to 5%).
+    __device__ static inline int &prefetch_run() {
+        __shared__ int run;
+        return run;
     }
 
     // The task's bias slice goes to shared memory by cp.async, which needs no registers (the accumulators

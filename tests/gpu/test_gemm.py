@@ -26,9 +26,11 @@ def make_operand(rows, cols, transposed, dtype=torch.bfloat16):
 
 # (4100, 3064, 264): short K with ragged edges on many tasks per block, the configuration whose odd blocks write their
 # output half a task later than even ones. K <= 256 keeps B resident: (3000, 3000, 200) with runs of 3 tasks in columns
-# of 24, (4000, 3000, 200) with runs of 3 in columns of 32, so some blocks reload their panel part-way.
+# of 24, (4000, 3000, 200) with runs of 3 in columns of 32, so some blocks reload their panel part-way; (2048, 8192, 256)
+# with runs of 4, along which the A rows two tasks ahead are prefetched into L2.
 SHAPES = [(1000, 1000, 1024), (4097, 3064, 2048), (1, 256, 512), (1, 8, 8), (129, 264, 72),
-          (2048, 2048, 2048), (300, 520, 4104), (4100, 3064, 264), (3000, 3000, 200), (4000, 3000, 200)]
+          (2048, 2048, 2048), (300, 520, 4104), (4100, 3064, 264), (3000, 3000, 200), (4000, 3000, 200),
+          (2048, 8192, 256)]
 
 
 @pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))

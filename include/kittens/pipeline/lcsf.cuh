@@ -60,6 +60,9 @@
 // and optionally
 //   static __device__ void prepare(const globals&);     called once per block at launch, before anything waits (e.g. to
 //                                                       prefetch tensor maps)
+//   static __device__ void before_loads(const globals&, const task&);  called by the producer once per task, before
+//                                                       it waits for the task's first stage (e.g. to warm L2 for
+//                                                       later tasks; kept out of load(), whose loop stays small)
 // Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
 // whether it exists), so a kernel can prefetch for it. With
 //   static constexpr bool LOOKUP_NEXT_EARLY = true;     the template looks that task up once, before setup, and
@@ -270,6 +273,7 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
                         last = t;
                     }
                 }
+                if constexpr (requires { K::before_loads(g, t); }) K::before_loads(g, t);
                 for (int i = 0; i < t.iters; i++, ring++) {
                     int s = ring % STAGES;
                     wait(finished[s], ((ring / STAGES) & 1) ^ 1); // first lap passes at once

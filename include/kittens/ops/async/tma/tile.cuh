@@ -95,12 +95,18 @@ __device__ inline void store_add_async(const GL &dst, const ST &src, const coord
     detail::for_each_chunk(src, idx, [&](uint32_t s, int c, int r, int d, int b) { detail::reduce_add_4d(m, s, c, r, d, b); });
 }
 
-// Warm L2 with the box that load_async(dst, src, idx, ...) would read; `dst` only names the type.
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void prefetch(ST &dst, const GL &src, const coord &idx) {
+// Warm L2 with the box that load_async(dst, src, idx, ...) into a tile of type ST would read (no shared memory is
+// involved: prefetch<ST>(src, idx) needs no tile, prefetch(dst, src, idx) takes the type from `dst`).
+template <ducks::st::all ST, ducks::gl::all GL> __device__ inline void prefetch(const GL &src, const coord &idx) {
     detail::check_tile_types<ST, GL>();
     const CUtensorMap *m = src.template get_tma<ST>();
-    detail::for_each_chunk(dst, idx, [&](uint32_t, int c, int r, int d, int b) { detail::prefetch_4d(m, c, r, d, b); });
+    const int row = idx.r * ST::rows, col = idx.c * ST::cols;
+#pragma unroll
+    for (int k = 0; k < ST::chunks; k++) detail::prefetch_4d(m, col + k * ST::swizzle_elements, row, idx.d, idx.b);
+}
+template <ducks::st::all ST, ducks::gl::all GL>
+__device__ inline void prefetch(ST &, const GL &src, const coord &idx) {
+    prefetch<ST>(src, idx);
 }
 
 // Fetch every tensor map of `g` into the descriptor cache: issued at launch, it takes the fetch off the first
