@@ -20,8 +20,9 @@ template <major AM, major BM_, bool BIAS = false> using big = gemm<bf16, bf16, A
 template <major AM, major BM_, bool BIAS = false> using hinted = gemm<bf16, bf16, AM, BM_, 256, 4, BIAS ? 32 : 64, true, 2, 16, BIAS, false, 2>;
 // Contractions of at most 256: the block column's B panel stays in shared memory (RESIDENT_B), the ring streams A
 // alone, blocks take runs of tasks down a column, and all blocks write at once (one phase measured better than two
-// here). Measured against hinted in one process (tools/gemm_resident_ab.cu, H100): 4096x4096x256 0.91, 8192x8192x256
-// 0.88, 4000x3000x200 0.84-0.88 (time ratio).
+// here), and the A rows two tasks ahead are prefetched into L2. Measured against hinted in one process
+// (tools/gemm_resident_ab.cu, H100, time ratio, warm inputs / fresh inputs as the bench uses): 4096x4096x256 0.93 /
+// 0.96, 8192x8192x256 0.89 / 0.91, 4000x3000x200 0.82-0.86 / 0.85-0.87.
 template <major AM, major BM_, bool BIAS = false> using resident = gemm<bf16, bf16, AM, BM_, 256, 4, 64, true, 2, 16, BIAS, false, 1, true, 2>;
 // 128 x 128 blocks, 5-stage ring: twice the tasks, for problems too small to fill the GPU with big blocks.
 template <major AM, major BM_, bool BIAS = false> using small = gemm<bf16, bf16, AM, BM_, 128, 5, 128, false, 2, 16, BIAS>;
