@@ -1,8 +1,8 @@
 // Shared by the standalone timeline programs (tools/*_timeline.cu): the SM clock, and the mean time of a launch.
 #pragma once
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
