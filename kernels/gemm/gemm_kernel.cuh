@@ -36,7 +36,8 @@ enum class major { k, mn };
 // Each block takes a contiguous run of tasks down the columns, so it loads B once (or twice where its run crosses
 // into the next column). A stage is a third of the bytes; the panel takes the shared memory the B tiles of the ring
 // had (4 A stages + panel + 2 epilogue buffers per warp: 224 KB, as the hinted blocks), and streaming a third of the
-// bytes is what made it 9-12% faster at K = 256 (trading stages for epilogue buffers lost, perf notes).
+// bytes is what made it 9-12% faster at K = 256 on warm inputs (on fresh ones only with PREFETCH_AHEAD below; trading
+// stages for epilogue buffers lost, perf notes).
 // BUFFERS: epilogue pieces a warp may have in flight (0: two, or one where a piece is the whole block).
 // PREFETCH_AHEAD (RESIDENT_B): the blocks warm L2 with the A rows of their tasks that many rounds ahead. When the inputs
 // come from DRAM (fresh inputs each call, as the bench times them) a new round's A reads otherwise wait behind the
