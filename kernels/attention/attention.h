@@ -54,6 +54,10 @@ struct bwd_problem {
     bool causal;
     float scale;
     dtype type;
+    // Optional, for dQ converted inside the main kernel (head_dim 128): the output, and bwd_sync_ints(*this) ints
+    // of scratch that the preparation zeroes. Without them (sync null) backward_convert_dq converts all of dQ.
+    out4 dq{};
+    int *sync = nullptr;
 };
 
 // The backward's fp32 dQ accumulator is dense: (batch, q_heads, head_dim, padded_q_len) where the kernel computes
@@ -63,6 +67,27 @@ constexpr bool dq_accum_transposed(int head_dim) { return head_dim == 64; }
 inline int64_t dq_accum_floats(const bwd_problem &p) {
     return int64_t(p.batch) * p.q_heads * padded_q_len(p.q_len) * p.head_dim;
 }
+
+// dQ goes from the accumulator to the output in items of BWD_CONVERT_ROWS query rows of one head. With head_dim 128
+// the main kernel's blocks that run out of tasks convert the items of every (batch, kv head) whose tasks have all
+// finished, flagging each; backward_convert_dq then converts the items left unflagged. The scratch: one completion
+// count per (batch, kv head), the next unclaimed item, one flag per item.
+constexpr int BWD_CONVERT_ROWS = 64;
+// Keys per backward task. Causal tasks go heaviest first across heads when a head's key blocks fill a round and the
+// heads are few (attn_bwd_kernel.cuh's get_task; measured on H100 at 8K and 16K with 16, 32 and 64 heads).
+constexpr int BWD_BLOCK_K = 128;
+inline bool bwd_heaviest_first(const bwd_problem &p) {
+    return p.causal && (p.kv_len + BWD_BLOCK_K - 1) / BWD_BLOCK_K >= 64 && p.batch * p.kv_heads < 32;
+}
+// Whether the main kernel converts dQ (head_dim 128, scratch given). Not in heaviest-first order: every head's last
+// task then runs in the final round, so nothing is complete before the end, and counting the tasks cost 3-5% (16K).
+inline bool bwd_converts_in_kernel(const bwd_problem &p) {
+    return p.head_dim == 128 && p.sync && p.dq.ptr && !bwd_heaviest_first(p);
+}
+inline int64_t bwd_convert_items(const bwd_problem &p) {
+    return int64_t(p.batch) * p.q_heads * (padded_q_len(p.q_len) / BWD_CONVERT_ROWS);
+}
+inline int64_t bwd_sync_ints(const bwd_problem &p) { return int64_t(p.batch) * p.kv_heads + 1 + bwd_convert_items(p); }
 
 // Prepares lse2 / delta, then runs the backward kernel for head_dim 64 or 128 (dQ lands in dq_accum).
 cudaError_t backward(const bwd_problem &p, cudaStream_t stream);

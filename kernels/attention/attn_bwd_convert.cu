@@ -34,9 +34,11 @@ __device__ __forceinline__ int64_t out_offset(const out4 &o, int64_t b, int64_t 
     return b * o.stride_b + h * o.stride_h + row * o.stride_n;
 }
 
-// Accumulator (batch, heads, padded rows, D): one thread per 8 elements of a real row.
+// Accumulator (batch, heads, padded rows, D): one thread per 8 elements of a real row. Rows of the items the main
+// kernel has converted already (converted[item] set, see attention.h) are skipped.
 template <typename T, int D>
-__global__ void convert_rows(const float *acc, out4 dq, int heads, int q_len, int padded_len, int64_t items, float scale) {
+__global__ void convert_rows(const float *acc, out4 dq, const int *converted, int heads, int q_len, int padded_len,
+                             int64_t items, float scale) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (id >= items) return;
@@ -44,6 +46,7 @@ __global__ void convert_rows(const float *acc, out4 dq, int heads, int q_len, in
     const int64_t row = id / PARTS; // over (batch * heads, q_len)
     const int64_t head = row / q_len;
     const int i = int(row - head * q_len);
+    if (converted && converted[head * (padded_len / BWD_CONVERT_ROWS) + i / BWD_CONVERT_ROWS]) return;
     const float4 *src = reinterpret_cast<const float4 *>(acc + (head * padded_len + i) * D + part * 8);
     const float4 a = src[0], b = src[1];
     const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -94,7 +97,9 @@ template <typename T, int D> cudaError_t launch(const bwd_problem &p, out4 dq, c
         constexpr int BLOCK = 256;
         const int64_t blocks = (items + BLOCK - 1) / BLOCK;
         if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, p.q_heads, p.q_len, padded, items, p.scale);
+        const int *converted = bwd_converts_in_kernel(p) ? p.sync + int64_t(p.batch) * p.kv_heads + 1 : nullptr; // attention.h
+        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, converted, p.q_heads, p.q_len, padded,
+                                                                   items, p.scale);
     }
     return cudaGetLastError();
 }

@@ -21,7 +21,8 @@
 // which time the other consumer's dS^T of that step is long written) and adds it into a global fp32 dQ
 // accumulator with TMA reduce-adds from staging tiles of its own (other blocks add the other key blocks'
 // shares). The other consumer only signals, so no barrier of both warpgroups holds them in step.
-// attn_bwd_convert.cu turns the accumulator into the output dtype afterwards.
+// At D = 128 the blocks that run out of tasks turn the accumulator of every finished (batch, kv head) into the
+// output dtype (after_tasks); attn_bwd_convert.cu converts what is left afterwards (all of it at D = 64).
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
@@ -83,6 +84,19 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     static constexpr bool DQ_TRANSPOSED = dq_accum_transposed(D);
     static constexpr bool DQ_SCALED = false; // the accumulator holds dQ / scale (see the top of this file)
     using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
+    // Blocks that run out of tasks convert dQ of the (batch, kv head)s whose tasks have all finished (attention.h):
+    // the conversion pass then reads only what is left, and the tail of the grid, where SMs wait for the last tasks,
+    // does the rest. Rows only: the transposed accumulator (D = 64) would need its own pass through shared memory.
+    static constexpr bool CONVERT_IN_KERNEL = !DQ_TRANSPOSED;
+    struct dq_conversion {
+        int *done = nullptr;      // per (batch, kv head): consumer-task completions (2 per task), null: no conversion
+        int *next_item = nullptr; // the next item to claim
+        int *converted = nullptr; // per item: 1 once written
+        const float *accum = nullptr;
+        T *out = nullptr;
+        int64_t stride_b = 0, stride_h = 0, stride_n = 0; // of the output, in elements
+        int items = 0, tiles_per_head = 0;
+    };
 
     struct globals {
         q_gl q, dout;
@@ -94,6 +108,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         int q_len, kv_len, q_tiles, k_blocks, num_tasks;
         bool heaviest_first; // causal task order, see get_task
         float scale, scale_log2;
+        dq_conversion convert;
     };
     struct input_block {
         q_tile q, dout;
@@ -123,6 +138,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         int steps = 0; // query tiles consumed: the parity of the ds buffer
         bool dq_pending = false; // this task's previous step still owes its dQ (see dq_step)
         int pending_head = 0, pending_q_tile = 0;
+        int last_kv_head = -1; // (batch, kv head) of the task this consumer finished last: its completion is still due
     };
     struct task {
         int id, b, kv_head, k_block, first_q_tile, q_tiles_seen, iters;
@@ -201,7 +217,9 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
             tma::expect<kv_tile, kv_tile>(arrived);
             tma::load_async(c.output.k[c.consumer], c.g.k, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
             tma::load_async(c.output.v[c.consumer], c.g.v, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
+            if constexpr (CONVERT_IN_KERNEL) count_done(c.g, c.state); // while K and V are on their way
         }
+        c.state.last_kv_head = c.task.b * c.g.kv_heads + c.task.kv_head;
         zero(c.state.dk);
         zero(c.state.dv);
         wait(arrived, c.state.tasks & 1);
@@ -339,6 +357,69 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
                 tma::store_add_async(c.g.dq, c.output.dq[e][j], at);
             }
             tma::store_commit_group();
+        }
+    }
+
+    // One thread per consumer warpgroup, the one that issued all of its reduce-adds and stores: once they have
+    // landed, count the last task finished for its (batch, kv head). The wait for the previous task's last adds
+    // overlaps the next task's K and V loads.
+    __device__ static inline void count_done(const globals &g, const consumer_state &state) {
+        if (!g.convert.done || state.last_kv_head < 0) return;
+        tma::store_async_wait<0>();
+        asm volatile("fence.proxy.async.global;\n" ::: "memory"); // the TMA adds before the release below
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(g.convert.done + state.last_kv_head) : "memory");
+    }
+
+    // After the block's last task: count it, then convert items (BWD_CONVERT_ROWS rows of one head each, claimed in
+    // order, which is the order in which (batch, kv head)s finish) while their (batch, kv head) is complete; the first
+    // item that is not stops this warp, and backward_convert_dq converts whatever is left unflagged. Never waiting
+    // keeps this safe when not every block of the grid is resident at once.
+    __device__ static inline void after_tasks(lcsf::consumer_args<attn_bwd> &c) {
+        if constexpr (CONVERT_IN_KERNEL) {
+            const dq_conversion &cv = c.g.convert;
+            if (warpgroup::laneid() == 0) count_done(c.g, c.state);
+            if (!cv.done) return;
+            const int lane = laneid(), target = 2 * c.g.k_blocks;
+            while (true) {
+                int item = lane == 0 ? atomicAdd(cv.next_item, 1) : 0;
+                item = __shfl_sync(0xffffffffu, item, 0);
+                if (item >= cv.items) return;
+                const int head = item / cv.tiles_per_head; // batch * q_heads + q_head
+                int ready = 0;
+                if (lane == 0) {
+                    int count;
+                    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(count) : "l"(cv.done + head / c.g.group) : "memory");
+                    ready = count >= target;
+                }
+                if (!__shfl_sync(0xffffffffu, ready, 0)) return;
+                convert_item(c.g, head, (item - head * cv.tiles_per_head) * BWD_CONVERT_ROWS);
+                __syncwarp();
+                if (lane == 0) cv.converted[item] = 1;
+            }
+        }
+    }
+    // One warp: rows row0 .. row0 + BWD_CONVERT_ROWS of one head's dQ, times the softmax scale, in the output dtype.
+    __device__ static inline void convert_item(const globals &g, int head, int row0) {
+        static_assert(D == 4 * 32, "one float4 per lane covers a row of D = 128");
+        using T2 = typename base_types::packing<T>::packed_type;
+        const dq_conversion &cv = g.convert;
+        const int rows = min(BWD_CONVERT_ROWS, g.q_len - row0), lane = laneid();
+        const int b = head / (g.kv_heads * g.group), h = head - b * g.kv_heads * g.group;
+        const float4 *src = reinterpret_cast<const float4 *>(cv.accum + (int64_t(head) * g.q_tiles * BLOCK_Q + row0) * D) + lane;
+        T *dst = cv.out + b * cv.stride_b + h * cv.stride_h + int64_t(row0) * cv.stride_n + 4 * lane;
+        constexpr int UNROLL = 8; // loads in flight per lane
+        for (int r0 = 0; r0 < rows; r0 += UNROLL) {
+            float4 x[UNROLL];
+#pragma unroll
+            for (int r = 0; r < UNROLL; r++)
+                if (r0 + r < rows) x[r] = src[(r0 + r) * (D / 4)];
+#pragma unroll
+            for (int r = 0; r < UNROLL; r++)
+                if (r0 + r < rows) {
+                    T2 pair[2] = {convert<T2>(float2{x[r].x * g.scale, x[r].y * g.scale}),
+                                  convert<T2>(float2{x[r].z * g.scale, x[r].w * g.scale})};
+                    *reinterpret_cast<uint2 *>(dst + (r0 + r) * cv.stride_n) = *reinterpret_cast<const uint2 *>(pair);
+                }
         }
     }
 

@@ -25,6 +25,7 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     using T = typename K::q_gl::T;
     using G = typename K::globals;
     static_assert(BWD_ROW_PAD % K::BLOCK_Q == 0, "the row buffers must be padded to whole query tiles");
+    static_assert(K::BLOCK_K == BWD_BLOCK_K, "attention.h's task rules assume BWD_BLOCK_K keys per task");
     // Keyed exactly by what the TMA maps encode: pointers, shapes and the strides of every mapped tensor.
     static tk_kernels::globals_cache<G, 24> cache;
     const typename tk_kernels::globals_cache<G, 24>::key_t key = {
@@ -50,9 +51,7 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
             ? typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, D, padded, p.q_heads * head_floats, head_floats, padded)
             : typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, p.q_len, D, p.q_heads * head_floats, head_floats, D);
         const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K;
-        // Causal tasks go heaviest first across heads when a head's key blocks fill a round and the heads are few
-        // (see get_task; measured on H100 at 8K and 16K with 16, 32 and 64 heads).
-        const bool heaviest_first = k_blocks >= 64 && p.batch * p.kv_heads < 32;
+        const bool heaviest_first = bwd_heaviest_first(p);
         return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
                  padded / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, heaviest_first, 0.f, 0.f};
     });
@@ -61,6 +60,22 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     // Fields that no TMA map encodes are set per call.
     g.scale = p.scale;
     g.scale_log2 = p.scale * 1.4426950408889634f;
+    if constexpr (requires { K::CONVERT_IN_KERNEL; }) {
+        typename K::dq_conversion cv{};
+        if (K::CONVERT_IN_KERNEL && bwd_converts_in_kernel(p)) { // the scratch ints as attention.h lays them out
+            cv.done = p.sync;
+            cv.next_item = p.sync + int64_t(p.batch) * p.kv_heads;
+            cv.converted = cv.next_item + 1;
+            cv.accum = p.dq_accum;
+            cv.out = static_cast<T *>(p.dq.ptr);
+            cv.stride_b = p.dq.stride_b;
+            cv.stride_h = p.dq.stride_h;
+            cv.stride_n = p.dq.stride_n;
+            cv.items = int(bwd_convert_items(p));
+            cv.tiles_per_head = padded_q_len(p.q_len) / BWD_CONVERT_ROWS;
+        }
+        g.convert = cv;
+    }
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 

@@ -4,7 +4,8 @@
 // The same pass zeroes the fp32 dQ accumulator the main kernel adds into (one launch and one pass over the rows
 // fewer than a separate fill: 48 instead of 32 + 20 us at D = 64, 93 instead of 55 + 41 at D = 128, for 16K tokens
 // x 16 heads, H100). The accumulator is dense with as many floats as this grid has threads times 8, so each thread
-// zeroes its own 32 bytes of it whatever its layout.
+// zeroes its own 32 bytes of it whatever its layout; the first threads also zero the scratch ints of the in-kernel
+// dQ conversion.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,9 +26,10 @@ __device__ __forceinline__ int64_t chunk_at(const tensor4 &t, int64_t b, int64_t
 // One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp.
 template <typename T2, int D>
 __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *lse2, float *delta, float *dq_accum,
-                             int q_heads, int q_len, int padded_len, int64_t rows) {
+                             int *sync, int64_t sync_ints, int q_heads, int q_len, int padded_len, int64_t rows) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (id < sync_ints) sync[id] = 0; // the in-kernel dQ conversion's counts and flags (attention.h)
     if (id < rows * PARTS) {
         float4 *acc = reinterpret_cast<float4 *>(dq_accum) + 2 * id;
         acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -67,9 +69,10 @@ template <typename T2, int D> cudaError_t launch(const bwd_problem &p, cudaStrea
     const int64_t threads = rows * (D / 8);
     constexpr int BLOCK = 256;
     const int64_t blocks = (threads + BLOCK - 1) / BLOCK;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    const int64_t sync_ints = p.sync ? bwd_sync_ints(p) : 0;
+    if (blocks > 0x7fffffff || sync_ints > threads) return cudaErrorInvalidValue;
     prepare_rows<T2, D><<<unsigned(blocks), BLOCK, 0, stream>>>(
-        p.o, p.dout, p.lse, p.lse2, p.delta, p.dq_accum, p.q_heads, p.q_len, padded, rows);
+        p.o, p.dout, p.lse, p.lse2, p.delta, p.dq_accum, p.sync, sync_ints, p.q_heads, p.q_len, padded, rows);
     return cudaGetLastError();
 }
 

@@ -186,6 +186,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q
     p.dq_accum = dq_accum.data_ptr<float>();
     p.dk = out_of(dk);
     p.dv = out_of(dv);
+    p.dq = out_of(dq); // most of dQ is converted by the main kernel's last blocks (attention.h)
+    at::Tensor sync = at::empty({tk_attention::bwd_sync_ints(p)}, q_in.options().dtype(at::kInt));
+    p.sync = sync.data_ptr<int>();
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     cudaError_t e = tk_attention::backward(p, stream);
     if (e == cudaSuccess) e = tk_attention::backward_convert_dq(p, out_of(dq), stream);

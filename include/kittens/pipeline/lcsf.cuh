@@ -63,6 +63,11 @@
 //   static __device__ void before_loads(const globals&, const task&);  called by the producer once per task, before
 //                                                       it waits for the task's first stage (e.g. to warm L2 for
 //                                                       later tasks; kept out of load(), whose loop stays small)
+//   static __device__ void after_tasks(consumer_args<K>&);  called by each consumer warpgroup once its block has no
+//                                                       task left, after its TMA stores have completed (e.g. to
+//                                                       take on work that other blocks' tasks leave behind);
+//                                                       it sees `state` as the last finish left it (its `task` is
+//                                                       no task: keep in the state what it needs to know)
 // Either way each hook sees `next_id`, the id of the task this block runs after the current one (get_task says
 // whether it exists), so a kernel can prefetch for it. With
 //   static constexpr bool LOOKUP_NEXT_EARLY = true;     the template looks that task up once, before setup, and
@@ -378,6 +383,10 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
             }
         }
         tma::store_async_wait<0>(); // shared memory must outlive any TMA store still reading it
+        if constexpr (requires(consumer_args<K> &a) { K::after_tasks(a); }) {
+            consumer_args<K> a{g, inputs[0], output, state, task, 0, consumer, 0, task, false, resident};
+            K::after_tasks(a);
+        }
     }
 }
 
