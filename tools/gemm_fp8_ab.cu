@@ -28,16 +28,6 @@ template <typename G> cudaError_t run(const fp8e4m3 *a, const fp8e4m3 *b, bf16 *
     return launch_gemm<G>(a, b, c, M, N, K, nullptr, nullptr, 0);
 }
 
-static __global__ void fill_fp8(fp8e4m3 *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-        x ^= x >> 15;
-        x *= 2246822519u;
-        x ^= x >> 13;
-        p[i] = fp8e4m3((x & 0xffff) / 32768.f - 1.f);
-    }
-}
-
 void compare(int M, int N, int K, const std::vector<const fp8e4m3 *> &as, const std::vector<const fp8e4m3 *> &bs, bf16 *c) {
     struct variant {
         const char *name;
@@ -106,8 +96,8 @@ int main(int argc, char **argv) {
             fp8e4m3 *a, *b;
             cudaMalloc(&a, size_t(M) * K);
             cudaMalloc(&b, size_t(N) * K);
-            fill_fp8<<<256, 256>>>(a, size_t(M) * K, 1 + 2 * i);
-            fill_fp8<<<256, 256>>>(b, size_t(N) * K, 2 + 2 * i);
+            timeline::fill_random<<<256, 256>>>(a, size_t(M) * K, 1 + 2 * i);
+            timeline::fill_random<<<256, 256>>>(b, size_t(N) * K, 2 + 2 * i);
             as[i] = a;
             bs[i] = b;
         }

@@ -18,14 +18,15 @@ __device__ __forceinline__ unsigned long long now() {
     return c;
 }
 
-// Uniform bf16 values in [-1, 1) from a hash of the index: reproducible inputs without a host copy.
-static __global__ void fill_random(kittens::bf16 *p, size_t n, uint32_t seed) {
+// Uniform values in [-1, 1) from a hash of the index, in any type constructible from float (bf16, fp8):
+// reproducible inputs without a host copy.
+template <typename T> static __global__ void fill_random(T *p, size_t n, uint32_t seed) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
         uint32_t x = uint32_t(i) * 2654435761u ^ seed;
         x ^= x >> 15;
         x *= 2246822519u;
         x ^= x >> 13;
-        p[i] = __float2bfloat16((x & 0xffff) / 32768.f - 1.f);
+        p[i] = T((x & 0xffff) / 32768.f - 1.f);
     }
 }
 
