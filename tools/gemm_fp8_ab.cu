@@ -87,27 +87,10 @@ int main(int argc, char **argv) {
             std::printf("bad size %s (MxNxK, K and N multiples of 16)\n", s);
             return 1;
         }
-        int l2 = 0;
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
-        const size_t set_bytes = (size_t(M) + N) * K;
-        const int sets = std::max<size_t>(2, std::min<size_t>(64, (3 * size_t(l2) + set_bytes - 1) / set_bytes));
-        std::vector<const fp8e4m3 *> as(sets), bs(sets);
-        for (int i = 0; i < sets; i++) {
-            fp8e4m3 *a, *b;
-            cudaMalloc(&a, size_t(M) * K);
-            cudaMalloc(&b, size_t(N) * K);
-            timeline::fill_random<<<256, 256>>>(a, size_t(M) * K, 1 + 2 * i);
-            timeline::fill_random<<<256, 256>>>(b, size_t(N) * K, 2 + 2 * i);
-            as[i] = a;
-            bs[i] = b;
-        }
+        const timeline::operand_sets<fp8e4m3> sets(M, N, K);
         bf16 *c;
         cudaMalloc(&c, size_t(M) * N * 2);
-        compare(M, N, K, as, bs, c);
-        for (int i = 0; i < sets; i++) {
-            cudaFree(const_cast<fp8e4m3 *>(as[i]));
-            cudaFree(const_cast<fp8e4m3 *>(bs[i]));
-        }
+        compare(M, N, K, sets.a, sets.b, c);
         cudaFree(c);
     }
     return 0;

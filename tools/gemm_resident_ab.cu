@@ -89,29 +89,11 @@ int main(int argc, char **argv) {
             std::printf("bad size %s (MxNxK, K <= 256)\n", s);
             return 1;
         }
-        // Input sets spanning three times the L2 (as the Python bench rotates them), at least two.
-        int l2 = 0;
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
-        const size_t set_bytes = (size_t(M) + N) * K * 2;
-        const int sets = std::max<size_t>(2, std::min<size_t>(64, (3 * size_t(l2) + set_bytes - 1) / set_bytes));
-        std::vector<const bf16 *> as(sets), bs(sets);
-        for (int i = 0; i < sets; i++) {
-            bf16 *a, *b;
-            cudaMalloc(&a, size_t(M) * K * 2);
-            cudaMalloc(&b, size_t(N) * K * 2);
-            timeline::fill_random<<<256, 256>>>(a, size_t(M) * K, 1 + 2 * i);
-            timeline::fill_random<<<256, 256>>>(b, size_t(N) * K, 2 + 2 * i);
-            as[i] = a;
-            bs[i] = b;
-        }
+        const timeline::operand_sets<bf16> sets(M, N, K);
         bf16 *c;
         cudaMalloc(&c, size_t(M) * N * 2);
-        compare<major::k>("b_t", M, N, K, as, bs, c);
-        compare<major::mn>("b_row", M, N, K, as, bs, c);
-        for (int i = 0; i < sets; i++) {
-            cudaFree(const_cast<bf16 *>(as[i]));
-            cudaFree(const_cast<bf16 *>(bs[i]));
-        }
+        compare<major::k>("b_t", M, N, K, sets.a, sets.b, c);
+        compare<major::mn>("b_row", M, N, K, sets.a, sets.b, c);
         cudaFree(c);
     }
     return 0;

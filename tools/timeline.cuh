@@ -30,6 +30,37 @@ template <typename T> static __global__ void fill_random(T *p, size_t n, uint32_
     }
 }
 
+// Random GEMM operand sets (A: M x K, B: N x K elements of T) that together span three times the L2, at least two,
+// as the Python bench rotates them so that each call finds its inputs in DRAM. The destructor frees them.
+template <typename T> struct operand_sets {
+    std::vector<const T *> a, b;
+    operand_sets(int M, int N, int K) {
+        int l2 = 0;
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
+        const size_t set_bytes = (size_t(M) + N) * K * sizeof(T);
+        const int sets = int(std::max<size_t>(2, std::min<size_t>(64, (3 * size_t(l2) + set_bytes - 1) / set_bytes)));
+        a.resize(sets);
+        b.resize(sets);
+        for (int i = 0; i < sets; i++) {
+            T *pa, *pb;
+            cudaMalloc(&pa, size_t(M) * K * sizeof(T));
+            cudaMalloc(&pb, size_t(N) * K * sizeof(T));
+            fill_random<<<256, 256>>>(pa, size_t(M) * K, 1 + 2 * i);
+            fill_random<<<256, 256>>>(pb, size_t(N) * K, 2 + 2 * i);
+            a[i] = pa;
+            b[i] = pb;
+        }
+    }
+    ~operand_sets() {
+        for (size_t i = 0; i < a.size(); i++) {
+            cudaFree(const_cast<T *>(a[i]));
+            cudaFree(const_cast<T *>(b[i]));
+        }
+    }
+    operand_sets(const operand_sets &) = delete;
+    operand_sets &operator=(const operand_sets &) = delete;
+};
+
 // Mean microseconds of launch() over `reps` back-to-back calls, after three warm-ups; exits on a CUDA error.
 template <typename F> float time_us(F launch, int reps) {
     for (int i = 0; i < 3; i++) launch();
