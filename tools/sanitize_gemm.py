@@ -16,11 +16,16 @@ for m, n, k in [(200, 264, 72), (129, 136, 4104), (1, 8, 8)]:
             out = tk_ops.matmul(a, b)
             err = ((out.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item()
             assert err < 1e-2, (m, n, k, a_t, b_t, err)
-a8 = torch.randn(200, 64, device="cuda").to(torch.float8_e4m3fn)
-w8 = torch.randn(72, 64, device="cuda").to(torch.float8_e4m3fn)
+# fp8 in each block size the shape picks: 64 x 128 (200 x 72), 128 x 128 (2000 x 1024), 128 x 256 (ragged 4100 x 2056),
+# every output type.
 one = torch.ones((), device="cuda")
-for dt in (torch.bfloat16, torch.float16, torch.float32):
-    tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
+for m, n, k in [(200, 72, 64), (2000, 1024, 272), (4100, 2056, 144)]:
+    a8 = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    w8 = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    ref = a8.double() @ w8.double().t()
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        out = tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, (m, n, k, dt)
 # 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store, with B resident
 # (K <= 256: runs of 2 tasks down each column); at K = 264 the hinted blocks, whose odd blocks write half a task later.
 for k in (64, 256, 264):

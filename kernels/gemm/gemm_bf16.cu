@@ -1,10 +1,8 @@
 // bf16 GEMM entry point: picks the kernel configuration for the problem size and the kernel variant for
 // the operands' memory order.
-#include <cstdlib>
-#include <string>
-
 #include "gemm.h"
 #include "gemm_launch.cuh"
+#include "gemm_select.cuh"
 
 namespace tk_gemm {
 namespace {
@@ -26,13 +24,6 @@ template <major AM, major BM_, bool BIAS = false> using hinted = gemm<bf16, bf16
 template <major AM, major BM_, bool BIAS = false> using resident = gemm<bf16, bf16, AM, BM_, 256, 4, 64, true, 2, 16, BIAS, false, 1, true, 2>;
 // 128 x 128 blocks, 5-stage ring: twice the tasks, for problems too small to fill the GPU with big blocks.
 template <major AM, major BM_, bool BIAS = false> using small = gemm<bf16, bf16, AM, BM_, 128, 5, 128, false, 2, 16, BIAS>;
-
-int device_attribute(cudaDeviceAttr attr, int fallback) {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, attr, dev);
-    return n > 0 ? n : fallback;
-}
 
 // 64 x 128 blocks with one consumer warpgroup, 6-stage ring: for problems that would leave SMs idle even with
 // 128 x 128 blocks.
@@ -59,15 +50,17 @@ bool resident_fits(int M, int N, int K, int sms, bool forced) {
 // TK_OPS_GEMM_CONFIG=big|hinted|small|tiny|resident forces a configuration (for tuning; resident falls back to hinted
 // where K > 256); by default the shape decides.
 config pick(int M, int N, int K) {
-    static const char *forced = std::getenv("TK_OPS_GEMM_CONFIG");
-    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
-    if (forced) {
-        std::string f(forced);
-        if (f == "resident") return resident_fits(M, N, K, sms, true) ? config::resident : config::hinted;
-        return f == "small" ? config::small : f == "hinted" ? config::hinted : f == "tiny" ? config::tiny : config::big;
+    const std::string &forced = forced_config();
+    const int sms = device_sms();
+    if (!forced.empty()) {
+        if (forced == "resident") return resident_fits(M, N, K, sms, true) ? config::resident : config::hinted;
+        return forced == "small" ? config::small : forced == "hinted" ? config::hinted : forced == "tiny" ? config::tiny : config::big;
     }
-    if (2 * small<major::k, major::k>::num_tasks(M, N) <= sms) return config::tiny;
-    if (2 * big<major::k, major::k>::num_tasks(M, N) <= sms) return config::small;
+    switch (by_occupancy<big<major::k, major::k>, small<major::k, major::k>>(M, N, sms)) {
+    case block_size::tiny: return config::tiny;
+    case block_size::small: return config::small;
+    case block_size::big: break;
+    }
     // Short K: the streamed-out C would evict the operand panels the other blocks are about to read (measured,
     // tools/gemm_sweep.py: 8192x8192x256 +5-8%, 4096x4096x256 +3%, 4096x4096x512 +2%; at 8192^3 the hints cost
     // 1-2%, so long K keeps the plain configuration).
@@ -93,7 +86,7 @@ cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cuda
 // the tiny blocks leave half the SMs idle (the weight gradient of a small Linear over many tokens: 512 x 512
 // over 8192 tokens is 32 tiny blocks).
 int matmul_bf16_splits(int M, int N, int K) {
-    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
+    const int sms = device_sms();
     const int tiles = split<major::k, major::k>::num_tasks(M, N);
     const int k_iters = (K + split<major::k, major::k>::BK - 1) / split<major::k, major::k>::BK;
     if (2 * tiles > sms || k_iters < 32) return 1;

@@ -1,20 +1,52 @@
-// fp8 (e4m3) scaled GEMM entry point, torch._scaled_mm's per-tensor semantics.
+// fp8 (e4m3) scaled GEMM entry point, torch._scaled_mm's per-tensor semantics: picks the block size for the
+// problem and the kernel for the output type.
 #include "gemm.h"
 #include "gemm_launch.cuh"
+#include "gemm_select.cuh"
 
 namespace tk_gemm {
+namespace {
+
+using kittens::fp8e4m3;
+constexpr major K_ = major::k; // fp8 wgmma reads both operands K-major
+
+// 128 x 256 blocks, 4-stage ring; with an fp32 output 128 x 128, which keeps the accumulators plus the stashed
+// output within the register budget.
+template <typename T_OUT>
+using big = std::conditional_t<sizeof(T_OUT) == 4, gemm<fp8e4m3, T_OUT, K_, K_, 128, 4, 128>, gemm<fp8e4m3, T_OUT, K_, K_>>;
+// 128 x 128 blocks, 5-stage ring, and 64 x 128 blocks with one consumer, 6-stage ring: the bf16 entry point's
+// small and tiny configurations, for problems that would leave SMs idle with bigger blocks.
+template <typename T_OUT> using small = gemm<fp8e4m3, T_OUT, K_, K_, 128, 5, 128>;
+template <typename T_OUT> using tiny = gemm<fp8e4m3, T_OUT, K_, K_, 128, 6, 128, false, 1>;
+
+// TK_OPS_GEMM_CONFIG=big|small|tiny forces a block size (the bf16 entry point's other names mean big here).
+template <typename T_OUT> block_size pick(int M, int N) {
+    const std::string &forced = forced_config();
+    if (forced == "small") return block_size::small;
+    if (forced == "tiny") return block_size::tiny;
+    if (!forced.empty()) return block_size::big;
+    return by_occupancy<big<T_OUT>, small<T_OUT>>(M, N, device_sms());
+}
+
+template <typename T_OUT>
+cudaError_t run(const void *a, const void *b, const float *scale_a, const float *scale_b, void *c, int M, int N, int K,
+                cudaStream_t stream) {
+    switch (pick<T_OUT>(M, N)) {
+    case block_size::tiny: return launch_gemm<tiny<T_OUT>>(a, b, c, M, N, K, scale_a, scale_b, stream);
+    case block_size::small: return launch_gemm<small<T_OUT>>(a, b, c, M, N, K, scale_a, scale_b, stream);
+    default: return launch_gemm<big<T_OUT>>(a, b, c, M, N, K, scale_a, scale_b, stream);
+    }
+}
+
+} // namespace
 
 cudaError_t scaled_mm_e4m3(const void *a, const void *b, const float *scale_a, const float *scale_b, void *c,
                            out_dtype out, int M, int N, int K, cudaStream_t stream) {
     using namespace kittens;
     switch (out) {
-    case out_dtype::bf16:
-        return launch_gemm<gemm<fp8e4m3, bf16, major::k, major::k>>(a, b, c, M, N, K, scale_a, scale_b, stream);
-    case out_dtype::fp16:
-        return launch_gemm<gemm<fp8e4m3, half, major::k, major::k>>(a, b, c, M, N, K, scale_a, scale_b, stream);
-    case out_dtype::fp32:
-        // fp32 output: a 128-wide block keeps accumulators plus the stashed output within the register budget
-        return launch_gemm<gemm<fp8e4m3, float, major::k, major::k, 128, 4, 128>>(a, b, c, M, N, K, scale_a, scale_b, stream);
+    case out_dtype::bf16: return run<bf16>(a, b, scale_a, scale_b, c, M, N, K, stream);
+    case out_dtype::fp16: return run<half>(a, b, scale_a, scale_b, c, M, N, K, stream);
+    case out_dtype::fp32: return run<float>(a, b, scale_a, scale_b, c, M, N, K, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -119,7 +119,9 @@ def test_matmul_grad_only_where_required():
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("mnk", [(1024, 1024, 1024), (1000, 520, 272), (1, 64, 128), (4097, 2056, 2048)],
+# By block size picked: 64 x 128 blocks for (1024, 1024, 1024), (1000, 520, 272) and (1, 64, 128); 128 x 128 for
+# (2000, 1024, 512); 128 x 256 (128 x 128 with an fp32 output) for (4097, 2056, 2048).
+@pytest.mark.parametrize("mnk", [(1024, 1024, 1024), (1000, 520, 272), (1, 64, 128), (2000, 1024, 512), (4097, 2056, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_scaled_mm(mnk, out_dtype):
     m, n, k = mnk
