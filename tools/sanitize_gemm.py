@@ -26,6 +26,12 @@ for m, n, k in [(200, 72, 64), (2000, 1024, 272), (4100, 2056, 144)]:
     for dt in (torch.bfloat16, torch.float16, torch.float32):
         out = tk_ops.scaled_mm(a8, w8.t(), one, one, out_dtype=dt)
         assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, (m, n, k, dt)
+    # Row-wise scales (their column slice staged in shared memory per task), and b's alone with a per tensor.
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    for scale_a in (sa, one):
+        out = tk_ops.scaled_mm(a8, w8.t(), scale_a, sb)
+        ref_s = (a8.double() * scale_a.double()) @ (w8.double().t() * sb.double())
+        assert ((out.double() - ref_s).norm() / ref_s.norm()).item() < 1e-2, (m, n, k, "row-wise")
 # 256 tasks on 132 blocks: the persistent loop, the ring across tasks and the deferred store, with B resident
 # (K <= 256: runs of 2 tasks down each column); at K = 264 the hinted blocks, whose odd blocks write half a task later.
 for k in (64, 256, 264):

@@ -128,9 +128,16 @@ at::Tensor scaled_mm_cuda(const at::Tensor &a, const at::Tensor &b, const at::Te
     require(b.t().is_contiguous() && aligned16(b),
                 "tk_ops.scaled_mm: b must be column-major, i.e. the transpose of a contiguous (N, K) tensor");
     for (const at::Tensor *s : {&scale_a, &scale_b}) {
-        require(s->numel() == 1 && s->scalar_type() == at::kFloat && s->device() == a.device(),
-                    "tk_ops.scaled_mm: scales must be single-element float32 tensors on the operands' device");
+        require(s->scalar_type() == at::kFloat && s->device() == a.device(),
+                "tk_ops.scaled_mm: scales must be float32 tensors on the operands' device");
     }
+    // torch._scaled_mm's scale shapes: one element each (per tensor), or scale_a (M, 1) for A's rows and scale_b
+    // (1, N) for B's columns; here also one of the two per tensor.
+    const bool a_rows = scale_a.numel() != 1, b_cols = scale_b.numel() != 1;
+    require(!a_rows || (scale_a.dim() == 2 && scale_a.size(0) == M && scale_a.size(1) == 1),
+            "tk_ops.scaled_mm: scale_a must have one element (per tensor) or shape (M, 1) = (", M, ", 1) (per row of a)");
+    require(!b_cols || (scale_b.dim() == 2 && scale_b.size(0) == 1 && scale_b.size(1) == N),
+            "tk_ops.scaled_mm: scale_b must have one element (per tensor) or shape (1, N) = (1, ", N, ") (per column of b)");
     tk_gemm::out_dtype od;
     if (out_dtype == at::kBFloat16) od = tk_gemm::out_dtype::bf16;
     else if (out_dtype == at::kHalf) od = tk_gemm::out_dtype::fp16;
@@ -141,8 +148,14 @@ at::Tensor scaled_mm_cuda(const at::Tensor &a, const at::Tensor &b, const at::Te
     if (M == 0 || N == 0) return out;
     if (K == 0) return out.zero_();
     at::Tensor sa = scale_a.contiguous(), sb = scale_b.contiguous();
+    tk_gemm::scales kind = tk_gemm::scales::per_tensor;
+    if (a_rows || b_cols) {
+        // The vector kernels take B's scales as a vector: a per-tensor one is spread over the N columns.
+        if (!b_cols) sb = sb.reshape({1, 1}).expand({1, N}).contiguous();
+        kind = a_rows ? tk_gemm::scales::per_row_and_column : tk_gemm::scales::per_column;
+    }
     check_cuda(tk_gemm::scaled_mm_e4m3(a.data_ptr(), b.data_ptr(), sa.data_ptr<float>(), sb.data_ptr<float>(),
-                                       out.data_ptr(), od, int(M), int(N), int(K), at::cuda::getCurrentCUDAStream()),
+                                       out.data_ptr(), od, int(M), int(N), int(K), at::cuda::getCurrentCUDAStream(), kind),
                "tk_ops.scaled_mm kernel");
     return out;
 }

@@ -24,9 +24,14 @@ int matmul_bf16_splits(int M, int N, int K);
 cudaError_t matmul_bf16_split_k(const void *a, bool a_kmajor, const void *b, bool b_kmajor, float *c, int M, int N, int K,
                                 int splits, cudaStream_t stream);
 
+// How scaled_mm_e4m3's fp32 scales (device memory) apply: one value each (per_tensor); one value for A and a vector
+// of N for B's columns (per_column); a vector of M for A's rows and one of N for B's columns (per_row_and_column).
+// Vectors are contiguous, and B's 8-byte aligned.
+enum class scales { per_tensor, per_column, per_row_and_column };
+
 // C (M x N, row-major, `out`) = (A * scale_a) @ (B * scale_b) with A (M, K) e4m3 row-major, B (N, K) e4m3
-// row-major, per-tensor fp32 scales in device memory. Requires K % 16 == 0 and N % 8 == 0.
+// row-major. Requires K % 16 == 0 and N % 8 == 0.
 cudaError_t scaled_mm_e4m3(const void *a, const void *b, const float *scale_a, const float *scale_b, void *c,
-                           out_dtype out, int M, int N, int K, cudaStream_t stream);
+                           out_dtype out, int M, int N, int K, cudaStream_t stream, scales kind = scales::per_tensor);
 
 } // namespace tk_gemm

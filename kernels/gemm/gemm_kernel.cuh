@@ -39,6 +39,9 @@ enum class major { k, mn };
 // bytes is what made it 9-12% faster at K = 256 on warm inputs (on fresh ones only with PREFETCH_AHEAD below; trading
 // stages for epilogue buffers lost, perf notes).
 // BUFFERS: epilogue pieces a warp may have in flight (0: two, or one where a piece is the whole block).
+// VECTOR_SCALES (fp8): the scales are vectors: one per row of A (scale_a[row * scale_a_step], a step of 0 broadcasts
+// one value) and one per column of B (g.col_scale). A task's BN column scales go to shared memory as the bias does
+// (read straight from global memory in the epilogue, they made ptxas spill in the 128 x 256 blocks).
 // PREFETCH_AHEAD (RESIDENT_B): the blocks warm L2 with the A rows of their tasks that many rounds ahead. When the inputs
 // come from DRAM (fresh inputs each call, as the bench times them) a new round's A reads otherwise wait behind the
 // output writes that keep DRAM busy, and the resident panel's gain was gone: measured 5-10% at K = 256 on fresh inputs,
@@ -57,14 +60,16 @@ template <typename B_TILE, int SLICES> struct resident_operand<true, B_TILE, SLI
 
 template <typename T_IN, typename T_OUT, major A_MAJOR, major B_MAJOR, int BN = 256, int STAGES = 4, int C_PIECE = 64,
           bool L2_HINTS = false, int CONSUMERS = 2, int SUPER_M = 16, bool BIAS = false, bool SPLIT_K = false,
-          int PHASES = 1, bool RESIDENT_B = false, int BUFFERS = 0>
+          int PHASES = 1, bool RESIDENT_B = false, int BUFFERS = 0, bool VECTOR_SCALES = false>
 struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_B_SLICES> {
     static constexpr bool FP8 = base_types::fp8<T_IN>;
     static_assert(!FP8 || (A_MAJOR == major::k && B_MAJOR == major::k), "fp8 wgmma reads both operands K-major only");
     static_assert(!SPLIT_K || (std::same_as<T_OUT, float> && !BIAS), "split-K adds fp32 partial sums, without a bias");
     static_assert(!(SPLIT_K && RESIDENT_B), "the resident B panel holds a whole contraction");
+    static_assert(!VECTOR_SCALES || (FP8 && !BIAS && !SPLIT_K), "vector scales are an fp8 epilogue");
 
     static constexpr bool A_KMAJOR = A_MAJOR == major::k, B_KMAJOR = B_MAJOR == major::k;
+    static constexpr bool VECTOR_SCALES_ON = VECTOR_SCALES;
     static constexpr int NUM_CONSUMERS = CONSUMERS, INPUT_STAGES = STAGES, RELEASE_LAG = 1;
     static constexpr int STORE_PHASES = PHASES;
     static constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
@@ -90,6 +95,8 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
     using c_gl = gl<T_OUT, 1, 1, -1, -1, c_tile>;
     using bias_vec = sv<T_OUT, BN>;
     using bias_gl = gl<T_OUT, 1, 1, 1, -1>;
+    using scale_vec = sv<float, BN>;
+    using scale_gl = gl<float, 1, 1, 1, -1>;
 
     struct globals {
         a_gl a;
@@ -99,6 +106,8 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
         int splits, k_per_split;        // contraction ranges (1 and k_iters unless SPLIT_K)
         const float *scale_a, *scale_b; // per-tensor scales (fp8); null means 1
         bias_gl bias;                   // (N) added to every row of C when BIAS
+        int scale_a_step = 0; // VECTOR_SCALES: element stride of scale_a (0: one value for every row)
+        scale_gl col_scale{nullptr, 1, 1, 1, 1}; // VECTOR_SCALES: (N) scales of B's columns
     };
     struct streamed_ab {
         a_tile a[NUM_CONSUMERS];
@@ -114,7 +123,10 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
     struct biased_output : plain_output {
         bias_vec bias[NUM_CONSUMERS]; // the task's BN bias values, one copy per consumer
     };
-    using output_block = std::conditional_t<BIAS, biased_output, plain_output>;
+    struct scaled_output : plain_output {
+        scale_vec col_scale[NUM_CONSUMERS]; // the task's BN column scales, one copy per consumer
+    };
+    using output_block = std::conditional_t<BIAS, biased_output, std::conditional_t<VECTOR_SCALES, scaled_output, plain_output>>;
     struct consumer_state {
         rt_fl<16, BN> acc;
         rt<T_OUT, 16, BN> out; // the finished block, waiting for store()
@@ -225,14 +237,13 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
         return run;
     }
 
-    // The task's bias slice goes to shared memory by cp.async, which needs no registers (the accumulators
-    // leave none to spare) and lands long before finish() reads it. The barrier first: every lane of this
-    // consumer has finished reading the previous task's slice.
+    // The task's bias (or column scale) slice goes to shared memory by cp.async, which needs no registers (the
+    // accumulators leave none to spare) and lands long before finish() reads it. The barrier first: every lane of
+    // this consumer has finished reading the previous task's slice.
     __device__ static inline void setup(lcsf::consumer_args<gemm> &c) {
-        if constexpr (BIAS) {
-            warpgroup::sync(c.consumer + 1);
-            warpgroup::load_async(c.output.bias[c.consumer], c.g.bias, {0, 0, 0, c.task.n});
-        }
+        if constexpr (BIAS || VECTOR_SCALES) warpgroup::sync(c.consumer + 1);
+        if constexpr (BIAS) warpgroup::load_async(c.output.bias[c.consumer], c.g.bias, {0, 0, 0, c.task.n});
+        if constexpr (VECTOR_SCALES) warpgroup::load_async(c.output.col_scale[c.consumer], c.g.col_scale, {0, 0, 0, c.task.n});
     }
 
     // Issue this stage's wgmma group (overwriting the accumulators on the first stage), then wait for the
@@ -264,23 +275,40 @@ struct gemm : resident_operand<RESIDENT_B, b_slice<T_IN, B_MAJOR, BN>, RESIDENT_
     // fused GEMM epilogue does), in registers.
     __device__ static inline void finish(lcsf::consumer_args<gemm> &c) {
         float scale = 1.f;
-        if constexpr (FP8) {
+        if constexpr (FP8 && !VECTOR_SCALES) {
             if (c.g.scale_a) scale *= *c.g.scale_a;
             if (c.g.scale_b) scale *= *c.g.scale_b;
         }
-        // This lane's bias columns in base tile t: 16 t + 2 (lane % 4), and 8 further for pairs k = 2, 3.
+        // VECTOR_SCALES: the scales of this lane's two rows (g and g + 8 of its warp's 16).
+        float row_scale[2] = {1.f, 1.f};
+        if constexpr (VECTOR_SCALES) {
+            const int row = ((c.task.m * NUM_CONSUMERS + c.consumer) * WARPGROUP_WARPS + warpgroup::warpid()) * 16 + laneid() / 4;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (row + 8 * h < c.g.c.rows()) row_scale[h] = c.g.scale_a[(row + 8 * h) * c.g.scale_a_step];
+        }
+        // This lane's bias (or column scale) columns in base tile t: 16 t + 2 (lane % 4), and 8 further for pairs
+        // k = 2, 3. Columns past N were zero-filled and are not stored.
         const T_OUT *bias_row = nullptr;
-        if constexpr (BIAS) {
+        const float *scale_col = nullptr;
+        if constexpr (BIAS || VECTOR_SCALES) {
             detail::memory::cp_async_wait<0>();
             warpgroup::sync(c.consumer + 1);
-            bias_row = &c.output.bias[c.consumer].data[2 * (laneid() % 4)];
         }
+        if constexpr (BIAS) bias_row = &c.output.bias[c.consumer].data[2 * (laneid() % 4)];
+        if constexpr (VECTOR_SCALES) scale_col = &c.output.col_scale[c.consumer].data[2 * (laneid() % 4)];
 #pragma unroll
         for (int t = 0; t < BN / 16; t++)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 float2 v = c.state.acc.tiles[0][t].data[k];
-                if constexpr (FP8) v = float2{v.x * scale, v.y * scale};
+                if constexpr (VECTOR_SCALES) { // pair k: row g (k even) or g + 8
+                    const float2 sb = *reinterpret_cast<const float2 *>(scale_col + 16 * t + 8 * (k >> 1));
+                    const float sa = row_scale[k & 1];
+                    v = float2{v.x * sa * sb.x, v.y * sa * sb.y};
+                } else if constexpr (FP8) {
+                    v = float2{v.x * scale, v.y * scale};
+                }
                 if constexpr (BIAS) {
                     using pair = typename rt<T_OUT, 16, BN>::T2;
                     const float2 b = convert<float2>(*reinterpret_cast<const pair *>(bias_row + 16 * t + 8 * (k >> 1)));

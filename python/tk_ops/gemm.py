@@ -70,19 +70,26 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """fp8 e4m3 ``(a * scale_a) @ (b * scale_b)`` with per-tensor fp32 scales, like ``torch._scaled_mm``.
+    """fp8 e4m3 ``(a * scale_a) @ (b * scale_b)`` with fp32 scales, like ``torch._scaled_mm``.
 
     ``a`` is (M, K) row-major; ``b`` is (K, N) column-major, i.e. ``w.t()`` for an (N, K) row-major ``w``.
     K must be a multiple of 16 and N of 8. ``out_dtype`` is bfloat16, float16 or float32.
+    Scales as torch._scaled_mm takes them: one element each (per tensor), or ``scale_a`` (M, 1), one per row of
+    ``a``, and ``scale_b`` (1, N), one per column of ``b`` (row-wise scaling); either may also stay per tensor.
     """
     _check_operands("scaled_mm", a, b, torch.float8_e4m3fn, 16)
     if not a.is_contiguous():
         raise InputError("tk_ops.scaled_mm: a must be row-major (call .contiguous())")
     if not b.t().is_contiguous():
         raise InputError("tk_ops.scaled_mm: b must be column-major: pass w.t() for a contiguous (N, K) tensor w")
-    for label, s in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if not isinstance(s, torch.Tensor) or s.numel() != 1 or s.dtype != torch.float32:
-            raise InputError(f"tk_ops.scaled_mm: {label} must be a one-element float32 tensor (per-tensor scale)")
+    (m, _), n = a.shape, b.shape[1]
+    for label, s, vector_shape, what in (("scale_a", scale_a, (m, 1), "per row of a"),
+                                         ("scale_b", scale_b, (1, n), "per column of b")):
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
+            raise InputError(f"tk_ops.scaled_mm: {label} must be a float32 tensor")
+        if s.numel() != 1 and tuple(s.shape) != vector_shape:
+            raise InputError(f"tk_ops.scaled_mm: {label} must have one element (per tensor) or shape "
+                             f"{vector_shape} ({what}), got shape {tuple(s.shape)}")
     if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise InputError(f"tk_ops.scaled_mm: out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
     _ext.check_device(a=a, b=b, scale_a=scale_a, scale_b=scale_b)

@@ -128,6 +128,7 @@ def test_gemm_cases_cover_the_requested_sizes():
     weight = [c for c in cases if c.group == "bf16, b = w.t()"]
     assert [c.shape for c in bf16] == expected and [c.shape for c in fp8] == expected
     assert [c.shape for c in weight] == expected  # the nn.Linear operand order, same sizes
+    assert [c.shape for c in cases if c.group == "fp8 e4m3, row-wise scales"] == expected
     assert all(c.flops == 2.0 * c.shape[0] * c.shape[1] * c.shape[2] for c in cases)
     assert all([i.name for i in c.impls if i.ours] == ["tk_ops"] for c in cases)
     backward = gemm.cases(quick=True, backward=True)

@@ -44,6 +44,21 @@ def test_scaled_mm_layout_rules():
         tk_ops.scaled_mm(a, w.t(), s, s, out_dtype=torch.int32)
 
 
+def test_scaled_mm_scale_rules():
+    """One element per tensor, or torch._scaled_mm's row-wise shapes: (M, 1) for a's rows, (1, N) for b's columns."""
+    a = torch.randn(32, 64).to(torch.float8_e4m3fn)
+    w = torch.randn(48, 64).to(torch.float8_e4m3fn)
+    s = torch.ones(1)
+    for bad_a in (torch.ones(32), torch.ones(1, 32), torch.ones(32, 2)):
+        with pytest.raises(InputError, match=r"scale_a must have one element .* \(32, 1\)"):
+            tk_ops.scaled_mm(a, w.t(), bad_a, s)
+    for bad_b in (torch.ones(48), torch.ones(48, 1)):
+        with pytest.raises(InputError, match=r"scale_b must have one element .* \(1, 48\)"):
+            tk_ops.scaled_mm(a, w.t(), s, bad_b)
+    with pytest.raises(InputError, match="float32"):
+        tk_ops.scaled_mm(a, w.t(), torch.ones(32, 1, dtype=torch.float64), s)
+
+
 def test_fake_implementations_give_shapes():
     a = torch.empty(100, 64, device="meta", dtype=torch.bfloat16)
     b = torch.empty(64, 72, device="meta", dtype=torch.bfloat16)

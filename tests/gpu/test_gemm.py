@@ -138,6 +138,58 @@ def test_scaled_mm(mnk, out_dtype):
         assert_close(out, peer.double(), BF16_TOL, "scaled_mm vs torch._scaled_mm")
 
 
+def spread_scales(*shape):
+    """fp32 scales over 2^-3 .. 2^1, so that a row or column given another's scale is far off (and the products of
+    the largest stay within float16's range: sums of 2048 products of randn * 2 reach ~1e3 before scaling)."""
+    return torch.exp2(torch.randint(-3, 2, shape, device="cuda").float()) * (0.75 + 0.5 * torch.rand(*shape, device="cuda"))
+
+
+def assert_close_per_line(out, ref, tol, what):
+    """Relative error of every row and every column on its own (a norm over the whole matrix would let rows with
+    small scales hide behind those with large ones)."""
+    diff, ref = out.double() - ref, ref.double()
+    for dim, name in ((1, "row"), (0, "column")):
+        err = diff.norm(dim=dim) / ref.norm(dim=dim).clamp_min(1e-30)
+        worst = int(err.argmax())
+        assert err[worst] <= tol, f"{what}: {name} {worst} has relative error {float(err[worst]):.3e} > {tol:.1e}"
+
+
+# Row-wise scaling as torch._scaled_mm takes it (scale_a (M, 1), scale_b (1, N)), and each side on its own with the
+# other per tensor. Shapes by block size as in test_scaled_mm, with ragged M and N edges.
+@pytest.mark.parametrize("kind", ["rows_and_columns", "columns", "rows"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mnk", [(1000, 520, 272), (2000, 1024, 512), (4097, 2056, 2048), (1, 64, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_scaled_mm_rowwise(mnk, out_dtype, kind):
+    m, n, k = mnk
+    torch.manual_seed(1)
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa = spread_scales(m, 1) if kind != "columns" else torch.tensor([0.7], device="cuda")
+    sb = spread_scales(1, n) if kind != "rows" else torch.tensor(1.3, device="cuda")
+    fresh_pool_with_nan(m * n * 2)
+    out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
+    assert out.dtype == out_dtype and out.shape == (m, n)
+    expect = reference.scaled_mm(a, w.t(), sa, sb)
+    assert_close_per_line(out, expect, 2 * BF16_TOL, "scaled_mm row-wise")
+    # The form torch._scaled_mm supports (bf16 out, both vectors), where it takes the shape (N, K multiples of 16).
+    if kind == "rows_and_columns" and out_dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0:
+        peer = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        assert_close(out, peer.double(), BF16_TOL, "scaled_mm row-wise vs torch._scaled_mm")
+
+
+def test_scaled_mm_rejects_scale_shapes():
+    a = torch.randn(64, 32, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(48, 32, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones(1, device="cuda")
+    with pytest.raises(InputError, match=r"\(64, 1\)"):
+        tk_ops.scaled_mm(a, w.t(), torch.ones(64, device="cuda"), one)
+    with pytest.raises(InputError, match=r"\(1, 48\)"):
+        tk_ops.scaled_mm(a, w.t(), one, torch.ones(48, 1, device="cuda"))
+    with pytest.raises((RuntimeError, ValueError), match="scale_b must have one element"):  # the op checks as well
+        torch.ops.tk_ops.scaled_mm(a, w.t(), one, torch.ones(2, 24, device="cuda"), torch.bfloat16)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_forward_backward(bias):
     torch.manual_seed(0)

@@ -1,5 +1,6 @@
 """GEMM benchmark: tk_ops.matmul against torch.matmul (cuBLAS) in bf16, and tk_ops.scaled_mm
-against torch._scaled_mm in fp8 e4m3 (per-tensor scales, bf16 output). FLOPs = 2*M*N*K.
+against torch._scaled_mm in fp8 e4m3 (bf16 output; per-tensor scales, and row-wise: one per row of a and one per
+column of b). FLOPs = 2*M*N*K.
 
 --backward times the gradients of a bf16 matmul (dA = dC @ B^T and dB = A^T @ dC, 4*M*N*K
 FLOPs) through autograd; fp8 has no backward op, so it is left out then.
@@ -43,14 +44,14 @@ def bf16_case(m: int, n: int, k: int, backward: bool, weight_layout: bool = Fals
                 [Impl(name, f, ours) for name, f, ours in impls])
 
 
-def fp8_case(m: int, n: int, k: int) -> Case:
+def fp8_case(m: int, n: int, k: int, rowwise: bool = False) -> Case:
     import tk_ops
 
     def make_inputs():
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
         b_t = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)  # (N, K) row-major: b is b_t.t()
-        scale_a = torch.rand((), device="cuda") + 0.5
-        scale_b = torch.rand((), device="cuda") + 0.5
+        scale_a = torch.rand((m, 1) if rowwise else (), device="cuda") + 0.5
+        scale_b = torch.rand((1, n) if rowwise else (), device="cuda") + 0.5
         return a, b_t, scale_a, scale_b
 
     def ours(a, b_t, scale_a, scale_b):
@@ -59,7 +60,7 @@ def fp8_case(m: int, n: int, k: int) -> Case:
     def peer(a, b_t, scale_a, scale_b):
         return torch._scaled_mm(a, b_t.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
 
-    return Case("fp8 e4m3", _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
+    return Case("fp8 e4m3, row-wise scales" if rowwise else "fp8 e4m3", _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
                 [Impl("tk_ops", ours, ours=True), Impl("torch._scaled_mm", peer)])
 
 
@@ -67,5 +68,5 @@ def cases(quick: bool = False, backward: bool = False) -> list[Case]:
     sizes = QUICK_SIZES if quick else SIZES
     out = [bf16_case(*s, backward) for s in sizes] + [bf16_case(*s, backward, weight_layout=True) for s in sizes]
     if not backward:
-        out += [fp8_case(*s) for s in sizes]
+        out += [fp8_case(*s) for s in sizes] + [fp8_case(*s, rowwise=True) for s in sizes]
     return out
