@@ -26,7 +26,7 @@ cudaError_t matmul_bf16_split_k(const void *a, bool a_kmajor, const void *b, boo
 
 // How scaled_mm_e4m3's fp32 scales (device memory) apply: one value each (per_tensor); one value for A and a vector
 // of N for B's columns (per_column); a vector of M for A's rows and one of N for B's columns (per_row_and_column).
-// Vectors are contiguous, and B's 8-byte aligned.
+// Vectors are contiguous.
 enum class scales { per_tensor, per_column, per_row_and_column };
 
 // C (M x N, row-major, `out`) = (A * scale_a) @ (B * scale_b) with A (M, K) e4m3 row-major, B (N, K) e4m3

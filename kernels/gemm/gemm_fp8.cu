@@ -1,5 +1,5 @@
-// fp8 (e4m3) scaled GEMM entry point, torch._scaled_mm's per-tensor semantics: picks the block size for the
-// problem and the kernel for the output type.
+// fp8 (e4m3) scaled GEMM entry point with torch._scaled_mm's scale semantics (per tensor or row-wise): picks the
+// block size for the problem and the kernel for the output type and the kind of scales.
 #include "gemm.h"
 #include "gemm_launch.cuh"
 #include "gemm_select.cuh"

@@ -14,9 +14,9 @@ cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int
     using TO = typename G::c_gl::T;
     // The resident B panel holds RESIDENT_SLICES K-slices: a longer contraction would load past it.
     if (G::RESIDENT_SLICES && (K + G::BK - 1) / G::BK > G::RESIDENT_SLICES) return cudaErrorInvalidValue;
-    static tk_kernels::globals_cache<typename G::globals> cache;
-    typename tk_kernels::globals_cache<typename G::globals>::key_t key = {
-        uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(M), uint64_t(N), uint64_t(K), 0, 0};
+    using cache_t = tk_kernels::globals_cache<typename G::globals, 6>;
+    static cache_t cache;
+    const typename cache_t::key_t key = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(M), uint64_t(N), uint64_t(K)};
     typename G::globals g = cache.get(key, [&] {
         auto *pa = reinterpret_cast<TI *>(const_cast<void *>(a));
         auto *pb = reinterpret_cast<TI *>(const_cast<void *>(b));
