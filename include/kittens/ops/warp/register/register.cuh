@@ -7,6 +7,7 @@
 //   tile/reductions   row_/col_ max/min/sum/prod
 //   vec/conversions   copy across dtypes and vector layouts
 //   vec/reductions    max/min/sum/prod of a whole vector
+//   tile/elements     for_each_pair: visit elements with their (row, column); lane_row, leads_row
 //   tile/mma          mma_AB, mma_ABt, mma_AtB, mma_AtBt (mma.sync m16n8k16)
 #pragma once
 
@@ -18,6 +19,7 @@
 #include "tile/conversions.cuh"
 #include "tile/broadcast.cuh"
 #include "tile/reductions.cuh"
+#include "tile/elements.cuh"
 #include "tile/mma.cuh"
 #include "vec/maps.cuh"
 #include "vec/conversions.cuh"
