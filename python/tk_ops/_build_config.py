@@ -18,7 +18,7 @@ from pathlib import Path
 SOURCE_SUFFIXES = (".cu", ".cpp")
 
 # Compiler flags of the extension (setup.py) and of anything that must compile the kernels the same
-# way (the SASS checks in tests/cpu). Include directories come from include_dirs().
+# way (the tests and tools, through nvcc_args()). Include directories come from include_dirs().
 NVCC_FLAGS = (
     "-std=c++20",
     "-gencode=arch=compute_90a,code=sm_90a",  # wgmma and setmaxnreg exist only on the "a" target
@@ -49,6 +49,13 @@ class BuildPlan:
 def include_dirs(root: Path) -> list[str]:
     """The header library and the kernels folder (so kernels can share headers as "common/x.cuh")."""
     return [str(Path(root) / "include" / "kittens"), str(Path(root) / "kernels")]
+
+
+def nvcc_args(root: Path, *extra: str) -> list[str]:
+    """nvcc arguments that compile device code as the extension does (NVCC_FLAGS and include_dirs), then
+    `extra`: what one use adds on top (its output kind, -fPIC for a shared library, ...). The tests and
+    tools that compile kernels or library code start from this, so they cannot drift from the build."""
+    return [*NVCC_FLAGS, *(f"-I{d}" for d in include_dirs(root)), *extra]
 
 
 def cuda_wheel_include_dirs() -> list[str]:

@@ -1,19 +1,21 @@
-"""Misusing a core type must be a compile error that names the problem.
+"""Misusing the library (core types, memory and shared ops, register ops, mma and wgmma) must be a
+compile error that names the problem.
 
-Each tests/compile_fail/*.cu starts with `// expect-error: <text>`: nvcc must reject the file and
-print that text. One correct snippet, using the same types with valid parameters, must compile,
-so the failures are known to come from the parameters and not from a broken header.
+Each tests/compile_fail/*.cu starts with `// expect-error: <text>`: nvcc, with the extension's flags,
+must reject the file and print that text. One correct snippet, using the same types with valid
+parameters, must compile, so the failures are known to come from the parameters and not from a
+broken header. Every snippet compiles in the background, side by side (background.py).
 """
+import functools
 import re
 from pathlib import Path
 
 import pytest
 
-from .toolchain import ROOT, find_nvcc, run
+from . import background
+from .toolchain import ROOT, compile_object, find_nvcc, nvcc_or_skip
 
 SNIPPETS = sorted((ROOT / "tests" / "compile_fail").glob("*.cu"))
-NVCC_ARGS = ["-std=c++20", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr",
-             "-Iinclude/kittens", "-c", "-o", "/dev/null"]
 
 # The same types as the failing snippets, each with parameters that are allowed.
 CORRECT_USE = r"""
@@ -36,12 +38,15 @@ void make(bf16 *ptr) { layout g{ptr, 1, 1, 128, 64}; (void)g; }
 """
 
 
-@pytest.fixture(scope="module")
-def nvcc():
-    path = find_nvcc()
-    if path is None:
-        pytest.skip("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
-    return path
+def background_jobs():
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return {}
+    correct = background.scratch("compile_fail") / "core_types_ok.cu"
+    correct.write_text(CORRECT_USE)
+    jobs = {"compile_fail:correct_use": functools.partial(compile_object, nvcc, correct)}
+    jobs.update({f"compile_fail:{p.name}": functools.partial(compile_object, nvcc, p) for p in SNIPPETS})
+    return jobs
 
 
 def expected_error(snippet: Path) -> str:
@@ -56,17 +61,16 @@ def test_snippets_exist():
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda p: p.stem)
-def test_misuse_fails_with_its_message(nvcc, snippet):
+def test_misuse_fails_with_its_message(snippet):
+    nvcc_or_skip()
     expected = expected_error(snippet)
-    res = run([nvcc, *NVCC_ARGS, str(snippet)])
-    output = res.stdout + res.stderr
-    assert res.returncode != 0, f"{snippet.name} compiled, but it must fail with: {expected}"
+    code, output = background.result(f"compile_fail:{snippet.name}")
+    assert code != 0, f"{snippet.name} compiled, but it must fail with: {expected}"
     assert expected in output, (f"{snippet.name} failed, but without the message {expected!r}; "
                                 f"nvcc said:\n{output[-4000:]}")
 
 
-def test_correct_use_compiles(nvcc, tmp_path):
-    src = tmp_path / "core_types_ok.cu"
-    src.write_text(CORRECT_USE)
-    res = run([nvcc, *NVCC_ARGS, str(src)])
-    assert res.returncode == 0, f"valid use of the core types does not compile:\n{(res.stdout + res.stderr)[-4000:]}"
+def test_correct_use_compiles():
+    nvcc_or_skip()
+    code, output = background.result("compile_fail:correct_use")
+    assert code == 0, f"valid use of the core types does not compile:\n{output[-4000:]}"

@@ -7,13 +7,14 @@ loads for every function. A kernel whose wgmma silently fell back to mma.sync, o
 accumulators spill to local memory, still computes the right answer but loses most of its speed;
 these checks catch that on a machine without a GPU.
 """
+import functools
 import re
+from pathlib import Path
 
 import pytest
 
-from tk_ops import _build_config as config
-
-from .toolchain import ROOT, find_cuobjdump, find_nvcc, run
+from . import background
+from .toolchain import ROOT, build_config, cuobjdump_or_skip, find_cuobjdump, find_nvcc, nvcc_or_skip, run
 
 # source (relative to the repository root) -> SASS opcodes it must contain
 REQUIRED_SASS = {
@@ -31,31 +32,39 @@ REQUIRED_SASS = {
 SPILL_ALLOWANCE = {"kernels/attention/attn_bwd_d64.cu": 64}
 
 
-@pytest.fixture(scope="module")
-def tools():
-    nvcc, cuobjdump = find_nvcc(), find_cuobjdump()
-    if nvcc is None:
-        pytest.skip("nvcc not found: install the CUDA toolkit or set CUDA_HOME")
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
-    return nvcc, cuobjdump
+# Whole kernels: conftest queues these compiles before the small jobs of other modules.
+BACKGROUND_HEAVY = True
 
 
-@pytest.fixture(scope="module", params=sorted(REQUIRED_SASS))
-def compiled(request, tools, tmp_path_factory):
-    """(source, SASS text, ptxas report) for one source, compiled once per test module."""
-    source = request.param
-    if not (ROOT / source).is_file():
-        pytest.skip(f"{source} does not exist yet")
-    nvcc, cuobjdump = tools
-    cubin = tmp_path_factory.mktemp("sass") / (ROOT / source).with_suffix(".cubin").name
-    cmd = [nvcc, *config.NVCC_FLAGS, *(f"-I{d}" for d in config.include_dirs(ROOT)),
-           "-cubin", "-Xptxas", "-v", "-o", str(cubin), source]
-    res = run(cmd)
+def compile_and_dump(nvcc: str, cuobjdump: str, source: str, out_dir: Path) -> tuple[str, str]:
+    """(ptxas report, SASS text) of one source; an AssertionError says what failed."""
+    cubin = out_dir / (ROOT / source).with_suffix(".cubin").name
+    res = run([nvcc, *build_config.nvcc_args(ROOT, "-cubin", "-Xptxas", "-v", "-o", str(cubin), source)])
     assert res.returncode == 0, f"{source} does not compile:\n{(res.stdout + res.stderr)[-6000:]}"
     dump = run([cuobjdump, "--dump-sass", str(cubin)])
     assert dump.returncode == 0, f"cuobjdump failed on {cubin.name}:\n{dump.stderr[-2000:]}"
-    return source, dump.stdout, res.stdout + res.stderr
+    return res.stdout + res.stderr, dump.stdout
+
+
+def background_jobs():
+    nvcc, cuobjdump = find_nvcc(), find_cuobjdump()
+    if nvcc is None or cuobjdump is None:
+        return {}
+    out_dir = background.scratch("sass")
+    return {f"sass:{source}": functools.partial(compile_and_dump, nvcc, cuobjdump, source, out_dir)
+            for source in sorted(REQUIRED_SASS) if (ROOT / source).is_file()}
+
+
+@pytest.fixture(scope="module", params=sorted(REQUIRED_SASS))
+def compiled(request):
+    """(source, SASS text, ptxas report) for one source, compiled in the background with the other jobs."""
+    source = request.param
+    nvcc_or_skip()
+    cuobjdump_or_skip()
+    if not (ROOT / source).is_file():
+        pytest.skip(f"{source} does not exist yet")
+    report, sass = background.result(f"sass:{source}")
+    return source, sass, report
 
 
 def spills(ptxas_report: str) -> dict[str, tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""Comparison helpers shared by the GPU tests."""
+"""Helpers shared by the GPU tests: comparisons, tolerances and output buffers that cannot pass unwritten."""
 from __future__ import annotations
 
 import torch
@@ -25,3 +25,14 @@ TOL = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}
 
 def randn(*shape, dtype=torch.float32, device="cuda"):
     return torch.randn(*shape, device=device, dtype=torch.float32).to(dtype)
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """Fill an output buffer with NaN (or a sentinel for integer/fp8 types) before a kernel runs,
+    so an element the kernel never wrote cannot pass a comparison."""
+    if t.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return t.fill_(float("nan"))
+    if t.element_size() == 1:  # fp8: 0x7F is NaN in both e4m3 and e5m2; fill the bytes, return the tensor
+        t.view(torch.uint8).fill_(0x7F)
+        return t
+    return t.fill_(-12345)

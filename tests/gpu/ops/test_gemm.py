@@ -1,0 +1,336 @@
+"""tk_ops.matmul / scaled_mm / nn.Linear against float64 references on the GPU."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops import reference
+from tk_ops.errors import InputError
+
+from ..util import assert_close, rel_err
+
+BF16_TOL = 1e-2  # bf16 output rounding of an fp32-accumulated product lands near 3e-3
+
+
+def fresh_pool_with_nan(numel: int, dtype=torch.bfloat16):
+    """Leave a NaN-filled block in the caching allocator, so an output the kernel fails to write shows."""
+    torch.empty(numel, device="cuda", dtype=dtype).fill_(float("nan"))
+    torch.cuda.synchronize()
+
+
+def make_operand(rows, cols, transposed, dtype=torch.bfloat16):
+    """A (rows x cols) operand: row-major, or the transpose of a row-major (cols x rows) tensor."""
+    if transposed:
+        return torch.randn(cols, rows, device="cuda").to(dtype).t()
+    return torch.randn(rows, cols, device="cuda").to(dtype)
+
+
+# (4100, 3064, 264): short K with ragged edges on many tasks per block, the configuration whose odd blocks write their
+# output half a task later than even ones. K <= 256 keeps B resident: (3000, 3000, 200) with runs of 3 tasks in columns
+# of 24, (4000, 3000, 200) with runs of 3 in columns of 32, so some blocks reload their panel part-way; (2048, 8192, 256)
+# with runs of 4, along which the A rows two tasks ahead are prefetched into L2.
+SHAPES = [(1000, 1000, 1024), (4097, 3064, 2048), (1, 256, 512), (1, 8, 8), (129, 264, 72),
+          (2048, 2048, 2048), (300, 520, 4104), (4100, 3064, 264), (3000, 3000, 200), (4000, 3000, 200),
+          (2048, 8192, 256)]
+
+
+@pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a_t", [False, True], ids=["a_row", "a_t"])
+@pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_t"])
+def test_matmul(mnk, a_t, b_t):
+    m, n, k = mnk
+    if a_t and m % 8:
+        pytest.skip("a transposed view with M % 8 != 0 is copied first: covered by the a_row case")
+    a, b = make_operand(m, k, a_t), make_operand(k, n, b_t)
+    fresh_pool_with_nan(m * n)
+    out = tk_ops.matmul(a, b)
+    assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+    assert_close(out, reference.matmul(a, b), BF16_TOL, f"matmul {mnk}")
+
+
+@pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_t"])
+def test_matmul_output_larger_than_l2(b_t):
+    """Short K with an output bigger than L2 (the resident-B configuration, with L2 eviction hints, ragged N)."""
+    m, n, k = 8192, 8200, 256
+    a, b = make_operand(m, k, False), make_operand(k, n, b_t)
+    fresh_pool_with_nan(m * n)
+    out = tk_ops.matmul(a, b)
+    assert_close(out, reference.matmul(a, b), BF16_TOL, "large output")
+
+
+def test_matmul_matches_cublas_closely():
+    a, b = make_operand(2048, 1024, False), make_operand(1024, 4096, True)
+    ours, theirs, ref = tk_ops.matmul(a, b), a @ b, reference.matmul(a, b)
+    assert rel_err(ours, ref) <= 1.5 * rel_err(theirs, ref) + 1e-4
+
+
+def test_matmul_rejects_bad_n():
+    a, b = make_operand(4097, 2048, False), make_operand(2048, 3071, False)
+    with pytest.raises(InputError, match="multiple of 8"):
+        tk_ops.matmul(a, b)
+
+
+def test_matmul_batched_leading_dims():
+    a, b = torch.randn(3, 5, 77, 64, device="cuda").bfloat16(), make_operand(64, 40, False)
+    out = tk_ops.matmul(a, b)
+    assert out.shape == (3, 5, 77, 40)
+    assert_close(out, (a.double() @ b.double()), BF16_TOL)
+
+
+def test_matmul_autograd():
+    a = make_operand(300, 256, False).requires_grad_()
+    b = make_operand(256, 200, True).detach().requires_grad_()
+    g = torch.randn(300, 200, device="cuda").bfloat16()
+    tk_ops.matmul(a, b).backward(g)
+    assert_close(a.grad, g.double() @ b.detach().double().t(), BF16_TOL, "dA")
+    assert_close(b.grad, a.detach().double().t() @ g.double(), BF16_TOL, "dB")
+
+
+def test_raw_op_rejects_an_operand_tma_cannot_hold():
+    """a is 60 x 300: neither its rows nor its columns can be stored with a 16-byte stride."""
+    a, b = make_operand(60, 300, False), make_operand(300, 64, False)
+    # std::invalid_argument from the binding arrives as ValueError; the point is that it arrives at all
+    with pytest.raises((RuntimeError, ValueError), match="multiple of 8"):
+        torch.ops.tk_ops.matmul(a, b)
+
+
+@pytest.mark.parametrize("a_t", [False, True], ids=["a_row", "a_t"])
+def test_raw_op_contracts_over_any_length_when_rows_allow(a_t):
+    """K = 300 breaks the rule only for K-major storage: the op stores such an A transposed (M = 64 is fine)
+    and reads the row-major B (K rows of N) in place. This is how dW = dY^T X runs over any token count."""
+    a, b = make_operand(64, 300, a_t), make_operand(300, 72, False)
+    fresh_pool_with_nan(64 * 72)
+    assert_close(torch.ops.tk_ops.matmul(a, b), a.double() @ b.double(), BF16_TOL, "K = 300")
+
+
+@pytest.mark.parametrize("m", [300, 1, 64])
+def test_matmul_autograd_ragged_m(m):
+    a = make_operand(m, 64, False).requires_grad_()
+    b = make_operand(64, 72, False).requires_grad_()
+    g = torch.randn(m, 72, device="cuda").bfloat16()
+    tk_ops.matmul(a, b).backward(g)
+    assert_close(b.grad, a.detach().double().t() @ g.double(), BF16_TOL, "dB over ragged M")
+
+
+def test_matmul_grad_only_where_required():
+    a = make_operand(64, 64, False).requires_grad_()
+    b = make_operand(64, 64, False)
+    tk_ops.matmul(a, b).sum().backward()
+    assert a.grad is not None and b.grad is None
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+# By block size picked: 64 x 128 blocks for (1024, 1024, 1024), (1000, 520, 272) and (1, 64, 128); 128 x 128 for
+# (2000, 1024, 512); 128 x 256 (128 x 128 with an fp32 output) for (4097, 2056, 2048).
+@pytest.mark.parametrize("mnk", [(1024, 1024, 1024), (1000, 520, 272), (1, 64, 128), (2000, 1024, 512), (4097, 2056, 2048)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_scaled_mm(mnk, out_dtype):
+    m, n, k = mnk
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa = torch.tensor([0.7], device="cuda")
+    sb = torch.tensor([1.3], device="cuda")
+    fresh_pool_with_nan(m * n * 2)
+    out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
+    assert out.dtype == out_dtype and out.shape == (m, n)
+    assert_close(out, reference.scaled_mm(a, w.t(), sa, sb), BF16_TOL, "scaled_mm")
+    if n % 16 == 0 and k % 16 == 0:  # torch._scaled_mm itself wants both multiples of 16
+        peer = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        assert_close(out, peer.double(), BF16_TOL, "scaled_mm vs torch._scaled_mm")
+
+
+def spread_scales(*shape):
+    """fp32 scales over 2^-3 .. 2^1, so that a row or column given another's scale is far off (and the products of
+    the largest stay within float16's range: sums of 2048 products of randn * 2 reach ~1e3 before scaling)."""
+    return torch.exp2(torch.randint(-3, 2, shape, device="cuda").float()) * (0.75 + 0.5 * torch.rand(*shape, device="cuda"))
+
+
+def assert_close_per_line(out, ref, tol, what):
+    """Relative error of every row and every column on its own (a norm over the whole matrix would let rows with
+    small scales hide behind those with large ones)."""
+    diff, ref = out.double() - ref, ref.double()
+    for dim, name in ((1, "row"), (0, "column")):
+        err = diff.norm(dim=dim) / ref.norm(dim=dim).clamp_min(1e-30)
+        worst = int(err.argmax())
+        assert err[worst] <= tol, f"{what}: {name} {worst} has relative error {float(err[worst]):.3e} > {tol:.1e}"
+
+
+# Row-wise scaling as torch._scaled_mm takes it (scale_a (M, 1), scale_b (1, N)), and each side on its own with the
+# other per tensor. Shapes by block size as in test_scaled_mm, with ragged M and N edges.
+@pytest.mark.parametrize("kind", ["rows_and_columns", "columns", "rows"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mnk", [(1000, 520, 272), (2000, 1024, 512), (4097, 2056, 2048), (1, 64, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_scaled_mm_rowwise(mnk, out_dtype, kind):
+    m, n, k = mnk
+    torch.manual_seed(1)
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa = spread_scales(m, 1) if kind != "columns" else torch.tensor([0.7], device="cuda")
+    sb = spread_scales(1, n) if kind != "rows" else torch.tensor(1.3, device="cuda")
+    fresh_pool_with_nan(m * n * 2)
+    out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
+    assert out.dtype == out_dtype and out.shape == (m, n)
+    expect = reference.scaled_mm(a, w.t(), sa, sb)
+    assert_close_per_line(out, expect, 2 * BF16_TOL, "scaled_mm row-wise")
+    # The form torch._scaled_mm supports (bf16 out, both vectors), where it takes the shape (N, K multiples of 16).
+    if kind == "rows_and_columns" and out_dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0:
+        peer = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        assert_close(out, peer.double(), BF16_TOL, "scaled_mm row-wise vs torch._scaled_mm")
+
+
+def test_scaled_mm_rejects_scale_shapes():
+    a = torch.randn(64, 32, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(48, 32, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones(1, device="cuda")
+    with pytest.raises(InputError, match=r"\(64, 1\)"):
+        tk_ops.scaled_mm(a, w.t(), torch.ones(64, device="cuda"), one)
+    with pytest.raises(InputError, match=r"\(1, 48\)"):
+        tk_ops.scaled_mm(a, w.t(), one, torch.ones(48, 1, device="cuda"))
+    with pytest.raises((RuntimeError, ValueError), match="scale_b must have one element"):  # the op checks as well
+        torch.ops.tk_ops.scaled_mm(a, w.t(), one, torch.ones(2, 24, device="cuda"), torch.bfloat16)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_forward_backward(bias):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(256, 136, bias=bias, device="cuda", dtype=torch.bfloat16)
+    mod = tk_ops.nn.Linear.from_linear(ref)
+    x = torch.randn(4, 33, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = mod(x)
+    expect = reference.linear(x.detach(), ref.weight.detach(), ref.bias.detach() if bias else None)
+    assert y.shape == (4, 33, 136)
+    assert_close(y, expect, BF16_TOL, "Linear forward")
+    g = torch.randn_like(y)
+    y.backward(g)
+    g64, x64 = g.double().reshape(-1, 136), x.detach().double().reshape(-1, 256)
+    assert_close(x.grad.reshape(-1, 256), g64 @ ref.weight.detach().double(), BF16_TOL, "dX")
+    assert_close(mod.weight.grad, g64.t() @ x64, BF16_TOL, "dW")
+    if bias:
+        assert_close(mod.bias.grad, g64.sum(0), BF16_TOL, "db")
+
+
+SPLIT_K_SHAPES = [(512, 512, 8192), (200, 136, 5000), (64, 256, 2056), (8, 8, 16384)]
+
+
+@pytest.mark.parametrize("mnk", SPLIT_K_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a_t", [False, True], ids=["a_row", "a_t"])
+def test_matmul_split_k(mnk, a_t):
+    """Outputs too small to occupy the GPU over long contractions (a weight gradient over many tokens) take
+    the split-K kernel: fp32 partial sums of K ranges (ragged last range included) added into the output."""
+    m, n, k = mnk
+    a, b = make_operand(m, k, a_t), make_operand(k, n, False)
+    fresh_pool_with_nan(m * n * 2, torch.float32)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = tk_ops.matmul(a, b)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any("gemm<__nv_bfloat16, float" in name for name in names), names  # the split-K kernel ran
+    assert_close(out, a.double() @ b.double(), BF16_TOL, "split-K")
+
+
+def test_matmul_split_k_steps_aside_for_deterministic_algorithms():
+    """Split-K adds its partial sums in a varying order; under torch.use_deterministic_algorithms the plain
+    kernel runs instead, and repeated calls agree bit for bit."""
+    a, b = make_operand(512, 8192, True), make_operand(8192, 512, False)
+    torch.use_deterministic_algorithms(True)
+    try:
+        first, second = tk_ops.matmul(a, b), tk_ops.matmul(a, b)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(first, second)
+    assert_close(first, a.double() @ b.double(), BF16_TOL, "deterministic")
+
+
+@pytest.mark.parametrize("shape", [(3, 333, 64), (64,), (1, 64), (1000, 64)], ids=str)
+@pytest.mark.parametrize("wrt", ["x", "w", "xw"])
+def test_linear_ragged_tokens_and_partial_grads(shape, wrt):
+    """Any token count (dW contracts over tokens: no multiple-of-8 rule there), a 1-D input, gradients only
+    where required, and dW in the weight's own layout (no transposing copy on the way to the optimizer)."""
+    torch.manual_seed(1)
+    mod = tk_ops.nn.Linear(64, 40, device="cuda")
+    mod.weight.requires_grad_("w" in wrt)
+    mod.bias.requires_grad_("w" in wrt)
+    x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad="x" in wrt)
+    y = mod(x)
+    assert y.shape == (*shape[:-1], 40)
+    assert_close(y, reference.linear(x.detach(), mod.weight.detach(), mod.bias.detach()), BF16_TOL, "forward")
+    g = torch.randn_like(y)
+    y.backward(g)
+    g64, x64 = g.double().reshape(-1, 40), x.detach().double().reshape(-1, 64)
+    if "x" in wrt:
+        assert_close(x.grad.reshape(-1, 64), g64 @ mod.weight.detach().double(), BF16_TOL, "dX")
+    else:
+        assert x.grad is None
+    if "w" in wrt:
+        assert mod.weight.grad.is_contiguous() and mod.weight.grad.shape == (40, 64)
+        assert_close(mod.weight.grad, g64.t() @ x64, BF16_TOL, "dW")
+        assert_close(mod.bias.grad, g64.sum(0), BF16_TOL, "db")
+    else:
+        assert mod.weight.grad is None and mod.bias.grad is None
+
+
+@pytest.mark.parametrize("mkn", [(4096, 512, 1024), (1000, 264, 520), (3, 64, 8), (8192, 64, 2056)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "odd_offset"])
+def test_linear_bias_in_the_epilogue(mkn, offset):
+    """The bias is added in the GEMM's epilogue (fp32, before the rounding) for every block configuration
+    (the sizes pick big, small and tiny blocks) and ragged last column blocks; a bias view at an odd element
+    offset is copied first."""
+    m, k, n = mkn
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = (torch.randn(n + offset, device="cuda") * 4).bfloat16()[offset:]
+    fresh_pool_with_nan(m * n)
+    y = torch.ops.tk_ops.linear(x, w, bias)
+    expect = reference.linear(x, w, bias)
+    assert_close(y, expect, BF16_TOL, "x W^T + b")
+    # One rounding: as close to the float64 result as torch's cuBLAS epilogue is.
+    peer = torch.nn.functional.linear(x, w, bias)
+    assert rel_err(y, expect) <= 1.5 * rel_err(peer, expect) + 1e-4
+
+
+def test_linear_double_backward():
+    """backward(create_graph=True) goes through the products' own autograd: dX = dY W is differentiable in W.
+    With y = x W^T and L = sum(dL/dx) for dY = 1, dL/dW[n, k] = number of tokens."""
+    mod = tk_ops.nn.Linear(64, 32, bias=False, device="cuda")
+    x = torch.randn(48, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    (gx,) = torch.autograd.grad(mod(x).sum(), x, create_graph=True)
+    gx.sum().backward()
+    assert torch.equal(mod.weight.grad, torch.full_like(mod.weight, 48.0))
+
+
+def test_linear_opcheck():
+    """Schema, fake-vs-kernel metadata, the C++ autograd registration and the dynamic-shape path that
+    torch.compile takes."""
+    x = torch.randn(3, 37, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(48, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(48, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    tk_ops.nn.Linear(64, 48, device="cuda")(x)  # loads the extension (and with it the autograd kernel)
+    for args in ((x, w, b), (x, w, None)):
+        torch.library.opcheck(torch.ops.tk_ops.linear, args, rtol=2e-2, atol=2e-2)
+
+
+def test_linear_compiles_fullgraph():
+    mod = torch.nn.Sequential(tk_ops.nn.Linear(128, 256, device="cuda"), torch.nn.GELU(),
+                              tk_ops.nn.Linear(256, 64, device="cuda"))
+    x = torch.randn(50, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    eager = mod(x)
+    compiled = torch.compile(mod, fullgraph=True)
+    out = compiled(x)
+    # Inductor fuses the GELU in fp32, eager rounds between ops: the two agree to bf16 precision
+    assert_close(out, eager.double(), BF16_TOL, "compiled vs eager")
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_matmul_cuda_graph_capture():
+    a, b = make_operand(512, 256, False), make_operand(256, 384, True)
+    tk_ops.matmul(a, b)  # warm up (descriptor cache, attributes) outside capture
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = tk_ops.matmul(a, b)
+    a.copy_(make_operand(512, 256, False))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_close(out, reference.matmul(a, b), BF16_TOL, "graph replay")
