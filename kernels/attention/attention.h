@@ -1,11 +1,35 @@
-// Host entry point of the attention forward kernels. Plain CUDA types only: the torch binding (binding.cpp)
-// includes this, the kernels' translation units (one per head dimension) implement it.
+// Host entry points of the attention kernels. Plain CUDA types only: the torch binding (binding.cpp) includes this,
+// the kernels' translation units (one per head dimension and direction) implement it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <type_traits>
+#include <utility>
+
 #include <cuda_runtime.h>
 
 namespace tk_attention {
+
+// The head dimensions the kernels are built for. Adding one: list it here and add its kernel configuration and
+// instantiation files (attn_fwd_d<D>.cu, attn_bwd_d<D>.cu); every dispatch goes through with_head_dim.
+inline constexpr int HEAD_DIMS[] = {64, 128};
+constexpr bool supported_head_dim(int d) {
+    for (int x : HEAD_DIMS)
+        if (x == d) return true;
+    return false;
+}
+
+// f(std::integral_constant<int, D>{}) for the listed D equal to d; cudaErrorInvalidValue for any other d.
+template <std::size_t I = 0, typename F> cudaError_t with_head_dim(int d, F &&f) {
+    if constexpr (I == std::size(HEAD_DIMS)) {
+        return cudaErrorInvalidValue;
+    } else {
+        if (d == HEAD_DIMS[I]) return f(std::integral_constant<int, HEAD_DIMS[I]>{});
+        return with_head_dim<I + 1>(d, std::forward<F>(f));
+    }
+}
 
 enum class dtype { bf16, fp16 };
 
@@ -34,10 +58,10 @@ struct fwd_problem {
     dtype type;
 };
 
-// Launches the forward for head_dim 64 or 128 (the caller checked everything else).
+// Launches the forward for a supported head_dim (the caller checked everything else).
 cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
-cudaError_t forward_d64(const fwd_problem &p, cudaStream_t stream);
-cudaError_t forward_d128(const fwd_problem &p, cudaStream_t stream);
+// The forward for one head dimension D (defined in attn_fwd_launch.cuh, instantiated in attn_fwd_d<D>.cu).
+template <int D> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream);
 
 // Row tiles of the backward's per-query-row buffers: lse2 and delta are (batch, q_heads, padded_q_len(q_len)).
 constexpr int BWD_ROW_PAD = 128;
@@ -47,15 +71,15 @@ struct bwd_problem {
     tensor4 q, k, v;         // as given to the forward
     tensor4 o, dout;         // (batch, q_heads, q_len, head_dim)
     const float *lse;        // the forward's (batch, q_heads, q_len), contiguous
-    float *lse2, *delta;     // scratch (batch, q_heads, padded_q_len), written by the preparation
-    float *dq_accum;         // fp32 scratch, dq_accum_floats(*this), zeroed by the preparation (layout: below)
+    float *lse2, *delta;     // scratch: bwd_scratch(*this).row_floats each, written by the preparation
+    float *dq_accum;         // fp32 scratch: bwd_scratch(*this).dq_floats, zeroed by the preparation
     out4 dk, dv;             // (batch, kv_heads, kv_len, head_dim), in the input dtype
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
     float scale;
     dtype type;
-    // Optional, for dQ converted inside the main kernel (head_dim 128): the output, and bwd_sync_ints(*this) ints
-    // of scratch that the preparation zeroes. Without them (sync null) backward_convert_dq converts all of dQ.
+    // Optional, for dQ converted inside the main kernel: the output, and bwd_scratch(*this).ints ints of scratch
+    // that the preparation zeroes. Without them (sync null) backward_convert_dq converts all of dQ.
     out4 dq{};
     int *sync = nullptr;
 };
@@ -64,37 +88,76 @@ struct bwd_problem {
 // dQ transposed (head_dim 64, see attn_bwd_kernel.cuh), else (batch, q_heads, padded_q_len, head_dim). It holds
 // dQ / scale: backward_convert_dq applies the softmax scale.
 constexpr bool dq_accum_transposed(int head_dim) { return head_dim == 64; }
-inline int64_t dq_accum_floats(const bwd_problem &p) {
-    return int64_t(p.batch) * p.q_heads * padded_q_len(p.q_len) * p.head_dim;
-}
 
-// dQ goes from the accumulator to the output in items of BWD_CONVERT_ROWS query rows of one head. With head_dim 128
-// the main kernel's blocks that run out of tasks convert the items of every (batch, kv head) whose tasks have all
-// finished, flagging each; backward_convert_dq then converts the items left unflagged. The scratch: one completion
-// count per (batch, kv head), the next unclaimed item, one flag per item.
+// dQ goes from the accumulator to the output in items of BWD_CONVERT_ROWS query rows of one head. Where the main
+// kernel converts (rows of the untransposed accumulator, one float4 per lane of a warp), its blocks that run out of
+// tasks convert the items of every (batch, kv head) whose tasks have all finished, flagging each;
+// backward_convert_dq then converts the items left unflagged.
 constexpr int BWD_CONVERT_ROWS = 64;
+constexpr bool bwd_kernel_converts_dq(int head_dim) { return !dq_accum_transposed(head_dim) && head_dim == 4 * 32; }
 // Keys per backward task. Causal tasks go heaviest first across heads when a head's key blocks fill a round and the
-// heads are few (attn_bwd_kernel.cuh's get_task; measured on H100 at 8K and 16K with 16, 32 and 64 heads).
+// heads are few (attn_bwd_kernel.cuh's get_task).
 constexpr int BWD_BLOCK_K = 128;
 inline bool bwd_heaviest_first(const bwd_problem &p) {
     return p.causal && (p.kv_len + BWD_BLOCK_K - 1) / BWD_BLOCK_K >= 64 && p.batch * p.kv_heads < 32;
 }
-// Whether the main kernel converts dQ (head_dim 128, scratch given). Not in heaviest-first order: every head's last
-// task then runs in the final round, so nothing is complete before the end, and counting the tasks cost 3-5% (16K).
+// Whether this call converts dQ in the main kernel (scratch given). Not in heaviest-first order: every head's last
+// task then runs in the final round, so nothing is complete before the end and counting the tasks only costs.
 inline bool bwd_converts_in_kernel(const bwd_problem &p) {
-    return p.head_dim == 128 && p.sync && p.dq.ptr && !bwd_heaviest_first(p);
+    return bwd_kernel_converts_dq(p.head_dim) && p.sync && p.dq.ptr && !bwd_heaviest_first(p);
 }
-inline int64_t bwd_convert_items(const bwd_problem &p) {
-    return int64_t(p.batch) * p.q_heads * (padded_q_len(p.q_len) / BWD_CONVERT_ROWS);
-}
-inline int64_t bwd_sync_ints(const bwd_problem &p) { return int64_t(p.batch) * p.kv_heads + 1 + bwd_convert_items(p); }
 
-// Prepares lse2 / delta, then runs the backward kernel for head_dim 64 or 128 (dQ lands in dq_accum).
+// Sizes of the backward's scratch buffers, and where each part of the int scratch (`sync`) sits. The int scratch
+// serves the in-kernel dQ conversion: one completion count per (batch, kv head), the next unclaimed item, and one
+// flag per item.
+struct bwd_scratch_layout {
+    int rows;                // query rows per head in the row buffers and the accumulator: padded_q_len(q_len)
+    int64_t row_floats;      // lse2 and delta, each: (batch, q_heads, rows)
+    int64_t dq_floats;       // the dQ accumulator: (batch, q_heads, rows, head_dim), transposed or not
+    int64_t convert_items;   // dQ conversion items: batch * q_heads * rows / BWD_CONVERT_ROWS
+    int items_per_head;      // rows / BWD_CONVERT_ROWS
+    int64_t done, next_item, converted; // int offsets: counts [batch * kv_heads], one int, flags [convert_items]
+    int64_t ints;            // the int scratch in all
+};
+inline bwd_scratch_layout bwd_scratch(int batch, int q_heads, int kv_heads, int q_len, int head_dim) {
+    bwd_scratch_layout s{};
+    s.rows = padded_q_len(q_len);
+    s.row_floats = int64_t(batch) * q_heads * s.rows;
+    s.dq_floats = s.row_floats * head_dim;
+    s.items_per_head = s.rows / BWD_CONVERT_ROWS;
+    s.convert_items = int64_t(batch) * q_heads * s.items_per_head;
+    s.done = 0;
+    s.next_item = s.done + int64_t(batch) * kv_heads;
+    s.converted = s.next_item + 1;
+    s.ints = s.converted + s.convert_items;
+    return s;
+}
+inline bwd_scratch_layout bwd_scratch(const bwd_problem &p) {
+    return bwd_scratch(p.batch, p.q_heads, p.kv_heads, p.q_len, p.head_dim);
+}
+// The sizes binding.cpp allocates by.
+inline int64_t dq_accum_floats(const bwd_problem &p) { return bwd_scratch(p).dq_floats; }
+inline int64_t bwd_sync_ints(const bwd_problem &p) { return bwd_scratch(p).ints; }
+
+// The int scratch as typed pointers (null where the call does not convert in the kernel).
+struct bwd_sync {
+    int *done = nullptr;      // per (batch, kv head): consumer-task completions (2 per task)
+    int *next_item = nullptr; // the next conversion item to claim
+    int *converted = nullptr; // per item: 1 once written
+};
+inline bwd_sync bwd_sync_of(const bwd_problem &p) {
+    if (!bwd_converts_in_kernel(p)) return {};
+    const bwd_scratch_layout s = bwd_scratch(p);
+    return {p.sync + s.done, p.sync + s.next_item, p.sync + s.converted};
+}
+
+// Prepares lse2 / delta, then runs the backward kernel for a supported head_dim (dQ lands in dq_accum).
 cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
 cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream);
 // Writes dQ = scale * dq_accum in the input dtype, (batch, q_heads, q_len, head_dim) with the given strides.
 cudaError_t backward_convert_dq(const bwd_problem &p, out4 dq, cudaStream_t stream);
-cudaError_t backward_d64(const bwd_problem &p, cudaStream_t stream);
-cudaError_t backward_d128(const bwd_problem &p, cudaStream_t stream);
+// The backward's main kernel for one head dimension D (defined in attn_bwd_launch.cuh, instantiated in
+// attn_bwd_d<D>.cu).
+template <int D> cudaError_t backward_for(const bwd_problem &p, cudaStream_t stream);
 
 } // namespace tk_attention

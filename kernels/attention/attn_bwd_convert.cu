@@ -35,7 +35,7 @@ __device__ __forceinline__ int64_t out_offset(const out4 &o, int64_t b, int64_t 
 }
 
 // Accumulator (batch, heads, padded rows, D): one thread per 8 elements of a real row. Rows of the items the main
-// kernel has converted already (converted[item] set, see attention.h) are skipped.
+// kernel has converted already (converted[item] set, see attention.h's bwd_sync) are skipped.
 template <typename T, int D>
 __global__ void convert_rows(const float *acc, out4 dq, const int *converted, int heads, int q_len, int padded_len,
                              int64_t items, float scale) {
@@ -84,7 +84,7 @@ convert_transposed(const float *acc, out4 dq, int heads, int q_len, int padded_l
 }
 
 template <typename T, int D> cudaError_t launch(const bwd_problem &p, out4 dq, cudaStream_t stream) {
-    const int padded = padded_q_len(p.q_len);
+    const int padded = bwd_scratch(p).rows;
     const int64_t heads = int64_t(p.batch) * p.q_heads;
     if constexpr (dq_accum_transposed(D)) {
         static_assert(BWD_ROW_PAD % T_ROWS == 0, "a transposing block must not cross the accumulator's padding");
@@ -97,20 +97,20 @@ template <typename T, int D> cudaError_t launch(const bwd_problem &p, out4 dq, c
         constexpr int BLOCK = 256;
         const int64_t blocks = (items + BLOCK - 1) / BLOCK;
         if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-        const int *converted = bwd_converts_in_kernel(p) ? p.sync + int64_t(p.batch) * p.kv_heads + 1 : nullptr; // attention.h
-        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, converted, p.q_heads, p.q_len, padded,
-                                                                   items, p.scale);
+        convert_rows<T, D><<<unsigned(blocks), BLOCK, 0, stream>>>(p.dq_accum, dq, bwd_sync_of(p).converted, p.q_heads,
+                                                                   p.q_len, padded, items, p.scale);
     }
     return cudaGetLastError();
+}
+
+template <typename T> cudaError_t launch_for(const bwd_problem &p, out4 dq, cudaStream_t stream) {
+    return with_head_dim(p.head_dim, [&](auto d) { return launch<T, decltype(d)::value>(p, dq, stream); });
 }
 
 } // namespace
 
 cudaError_t backward_convert_dq(const bwd_problem &p, out4 dq, cudaStream_t stream) {
-    const bool bf = p.type == dtype::bf16;
-    if (p.head_dim == 64) return bf ? launch<__nv_bfloat16, 64>(p, dq, stream) : launch<__half, 64>(p, dq, stream);
-    if (p.head_dim == 128) return bf ? launch<__nv_bfloat16, 128>(p, dq, stream) : launch<__half, 128>(p, dq, stream);
-    return cudaErrorInvalidValue;
+    return p.type == dtype::bf16 ? launch_for<__nv_bfloat16>(p, dq, stream) : launch_for<__half>(p, dq, stream);
 }
 
 } // namespace tk_attention

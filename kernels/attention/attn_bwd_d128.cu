@@ -1,15 +1,7 @@
-// Attention backward, head dimension 128: bf16 / fp16 x causal / not. (One file per head dimension so the two
-// compile in parallel.)
+// Attention backward's main kernel for head dimension 128 (one file per head dimension, so that they compile in
+// parallel).
 #include "attn_bwd_launch.cuh"
 
 namespace tk_attention {
-
-cudaError_t backward_d128(const bwd_problem &p, cudaStream_t stream) {
-    using kittens::bf16;
-    using kittens::half;
-    if (p.type == dtype::bf16)
-        return p.causal ? launch_backward<attn_bwd<bf16, 128, true>>(p, stream) : launch_backward<attn_bwd<bf16, 128, false>>(p, stream);
-    return p.causal ? launch_backward<attn_bwd<half, 128, true>>(p, stream) : launch_backward<attn_bwd<half, 128, false>>(p, stream);
-}
-
+template cudaError_t backward_for<128>(const bwd_problem &p, cudaStream_t stream);
 } // namespace tk_attention

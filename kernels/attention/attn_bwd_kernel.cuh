@@ -1,4 +1,5 @@
-// Attention backward (flash attention 2/3 style) on the LCSF template, for head dimension D in {64, 128}.
+// Attention backward (flash attention 2/3 style) on the LCSF template, for head dimension D (attention.h lists
+// those built).
 //
 // Given Q, K, V, dO, the forward's LSE and delta = rowsum(dO * O) (both prepared per query row by
 // attn_bwd_prep.cuh), with P = softmax(scale Q K^T):
@@ -21,8 +22,9 @@
 // which time the other consumer's dS^T of that step is long written) and adds it into a global fp32 dQ
 // accumulator with TMA reduce-adds from staging tiles of its own (other blocks add the other key blocks'
 // shares). The other consumer only signals, so no barrier of both warpgroups holds them in step.
-// At D = 128 the blocks that run out of tasks turn the accumulator of every finished (batch, kv head) into the
-// output dtype (after_tasks); attn_bwd_convert.cu converts what is left afterwards (all of it at D = 64).
+// Where the accumulator is untransposed (D = 128), the blocks that run out of tasks turn the accumulator of every
+// finished (batch, kv head) into the output dtype (after_tasks, run by the kernel's own entry, attn_bwd_kernel at
+// the end of this file); attn_bwd_convert.cu converts what is left afterwards (all of it at D = 64).
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
@@ -33,19 +35,11 @@
 #include "kittens.cuh"
 #include "online_softmax.cuh"
 
-// Timing marks inside a step (tools/attn_bwd_timeline.cu defines them to clock64 stamps; empty otherwise).
-#ifndef ATTN_BWD_MARK
-#define ATTN_BWD_MARK(c, event)
-#endif
-
 namespace tk_attention {
 using namespace kittens;
 
-// The marks of a step, in program order (the owner's dQ marks fall in the step that runs its dQ).
-enum bwd_mark { mark_in, mark_sdp, mark_grad, mark_ds_free, mark_ds, mark_dkdv, mark_ready, mark_dq, mark_out, bwd_marks };
-
 template <typename T, int D, bool CAUSAL> struct attn_bwd {
-    static_assert(D == 64 || D == 128, "attention backward supports head dimensions 64 and 128");
+    static_assert(supported_head_dim(D), "attention backward: D must be one of attention.h's HEAD_DIMS");
     static constexpr int NUM_CONSUMERS = 2;
     static constexpr int KEYS = 64; // per consumer: one wgmma row slab
     static constexpr int BLOCK_K = KEYS * NUM_CONSUMERS;
@@ -59,12 +53,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // shared memory. One id per parity, so that an arrival can never pair with the same consumer's next one: a
     // consumer arrives on a parity's barrier again only after the owner has passed it.
     // A step's dQ waits until the end of its owner's next step, so that the other consumer's dS^T is long written
-    // (measured 3-4% faster at both D once each consumer has staging tiles of its own; see docs/perf-notes.md).
-#ifdef ATTN_BWD_DEFER_DQ // tools/attn_bwd_timeline.cu and attn_bwd_ab.sh can time the other schedule
-    static constexpr bool DEFER_DQ = ATTN_BWD_DEFER_DQ;
-#else
-    static constexpr bool DEFER_DQ = true;
-#endif
+    // (faster than running it at once, given each consumer's own staging tiles: docs/attention.md).
     static constexpr int CONSUMERS_BARRIER = 5, DS_READY = 6;
     // ds_free[p] (an mbarrier: its last arrival may have no waiter) completes once per step of parity p, when that
     // step's dQ product has read both consumers' dS^T: the non-owner waits on it before reusing its ds tile.
@@ -81,21 +70,18 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // instead of 64 KB for two m64n64 halves of dS K), so its accumulator is (batch, q_heads, D, padded q_len);
     // D = 128 keeps (batch, q_heads, q_len, D). Either way a dense fp32 scratch that the preparation zeroes and
     // backward_convert_dq turns into dQ.
-    static constexpr bool DQ_TRANSPOSED = dq_accum_transposed(D);
-    static constexpr bool DQ_SCALED = false; // the accumulator holds dQ / scale (see the top of this file)
+    static constexpr bool DQ_TRANSPOSED = dq_accum_transposed(D); // the accumulator holds dQ / scale (see the top)
     using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
     // Blocks that run out of tasks convert dQ of the (batch, kv head)s whose tasks have all finished (attention.h):
     // the conversion pass then reads only what is left, and the tail of the grid, where SMs wait for the last tasks,
     // does the rest. Rows only: the transposed accumulator (D = 64) would need its own pass through shared memory.
-    static constexpr bool CONVERT_IN_KERNEL = !DQ_TRANSPOSED;
+    static constexpr bool CONVERT_IN_KERNEL = bwd_kernel_converts_dq(D);
     struct dq_conversion {
-        int *done = nullptr;      // per (batch, kv head): consumer-task completions (2 per task), null: no conversion
-        int *next_item = nullptr; // the next item to claim
-        int *converted = nullptr; // per item: 1 once written
+        bwd_sync sync; // the int scratch (attention.h); sync.done null: this call converts nothing in the kernel
         const float *accum = nullptr;
         T *out = nullptr;
         int64_t stride_b = 0, stride_h = 0, stride_n = 0; // of the output, in elements
-        int items = 0, tiles_per_head = 0;
+        int items = 0, items_per_head = 0;
     };
 
     struct globals {
@@ -119,9 +105,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: read by that parity's owner
         // [consumer][half]: a consumer's dQ tile on its way to global memory. Each consumer stages in tiles of its
         // own, so it waits only for its own previous reduce-adds (issued a step or more earlier): with one staging
-        // tile pair shared by both, the owner waited for the other's adds to be read (measured: 6-7% of the step at
-        // D = 64, see docs/perf-notes.md). This fills shared memory to the last kilobyte, so the semaphores below
-        // live in static shared memory.
+        // tile pair shared by both, the owner waited for the other's adds to be read. This fills shared memory to the
+        // last kilobyte, so the semaphores below live in static shared memory.
         dq_piece dq[NUM_CONSUMERS][2];
     };
     struct block_semaphores {
@@ -151,10 +136,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // j * BLOCK_K on); with few blocks per head the serpentine evens the grid blocks' totals out, but when one
     // head's blocks fill a whole round (N >= 8K) the blocks that drew a head's first key blocks carry most of
     // the work, so there (heaviest_first) the order is by key block across heads: block 0 of every head, then
-    // block 1, ... Measured at D = 128 (H100, x cuDNN): N = 1K 1.09 head-major / 0.65 heaviest-first / 0.75
-    // alternating heavy and light blocks within a head; N = 16K 0.70 / 0.89 / 0.80. With many heads the
-    // heaviest-first order loses again (N = 8K, D = 128: 16 heads 1198 us heaviest-first / 1620 head-major, 32 heads
-    // 2555 / 2445, 64 heads 8285 / 5137), so the launch uses it only for fewer than 32 (batch, kv head)s.
+    // block 1, ... Short sequences keep the head-major order, and with many heads the heaviest-first order loses
+    // again, so the launch uses it only for fewer than 32 (batch, kv head)s (attention.h; docs/attention.md).
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
         const int grid = gridDim.x, round = id / grid;
@@ -226,39 +209,33 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         c.state.tasks++;
     }
 
-    // Lane geometry of a key x query accumulator tile (rows: keys g and g + 8 of the lane's quad; columns:
-    // queries, pairs as in online_softmax.cuh): the first query column of pair k of base tile j.
-    __device__ static inline int query_col(int j, int k) { return 16 * j + 2 * (laneid() % 4) + ((k & 2) ? 8 : 0); }
-
     // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x BLOCK_Q queries, from S^T and dP^T,
-    // straight to the 16-bit operands of dV += P^T dO and dK += dS^T Q. With MASK, keys past kv_len (zero rows
-    // TMA filled in) and, causal, keys past a query's diagonal get P = 0.
+    // straight to the 16-bit operands of dV += P^T dO and dK += dS^T Q. `key0` is the key of the warp's first row,
+    // `q0` the query of column 0. With MASK, keys past kv_len (zero rows TMA filled in) and, causal, keys past a
+    // query's diagonal get P = 0.
     template <bool MASK>
     __device__ static inline void gradients(const globals &g, const input_block &in, const rt_fl<16, BLOCK_Q> &s,
                                             const rt_fl<16, BLOCK_Q> &dp, rt<T, 16, BLOCK_Q> &p_out,
-                                            rt<T, 16, BLOCK_Q> &ds_out, int key_row, int q0) {
+                                            rt<T, 16, BLOCK_Q> &ds_out, int key0, int q0) {
         using T2 = typename rt<T, 16, BLOCK_Q>::T2;
-#pragma unroll
-        for (int j = 0; j < BLOCK_Q / 16; j++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int col = query_col(j, k);
-                const float2 lse = *reinterpret_cast<const float2 *>(&in.lse2.data[col]);
-                const float2 delta = *reinterpret_cast<const float2 *>(&in.delta.data[col]);
-                const float2 sv = s.tiles[0][j].data[k], dpv = dp.tiles[0][j].data[k];
+        for_each_pair(
+            [&](pair_pos at, const float2 &sv, const float2 &dpv, T2 &p16, T2 &ds16) {
+                const float2 lse = *reinterpret_cast<const float2 *>(&in.lse2.data[at.col]);
+                const float2 delta = *reinterpret_cast<const float2 *>(&in.delta.data[at.col]);
                 float2 p = {fast_exp2(fmaf(sv.x, g.scale_log2, -lse.x)), fast_exp2(fmaf(sv.y, g.scale_log2, -lse.y))};
                 if constexpr (MASK) {
-                    const int key = key_row + ((k & 1) ? 8 : 0);
+                    const int key = key0 + at.row;
                     if (key >= g.kv_len) p = {0.f, 0.f};
                     if constexpr (CAUSAL) {
-                        const int q = q0 + col, diag = g.kv_len - g.q_len; // key visible to q iff key <= q + diag
+                        const int q = q0 + at.col, diag = g.kv_len - g.q_len; // key visible to q iff key <= q + diag
                         if (key > q + diag) p.x = 0.f;
                         if (key > q + 1 + diag) p.y = 0.f;
                     }
                 }
-                p_out.tiles[0][j].data[k] = convert<T2>(p);
-                ds_out.tiles[0][j].data[k] = convert<T2>(float2{p.x * (dpv.x - delta.x), p.y * (dpv.y - delta.y)});
-            }
+                p16 = convert<T2>(p);
+                ds16 = convert<T2>(float2{p.x * (dpv.x - delta.x), p.y * (dpv.y - delta.y)});
+            },
+            s, dp, p_out, ds_out);
     }
 
     // The owner's dQ tile summed over both consumers' keys, one m64n128 product whose 64-column halves are staged
@@ -283,8 +260,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     }
 
     // The wgmma groups of one step, in issue order: S and dP | dV, dK | (owner) dQ. dV and dK are queued before
-    // dS^T goes to shared memory. (Variants that issued dV before computing dS, or dK later, measured 5-25%
-    // slower; see docs/perf-notes.md.)
+    // dS^T goes to shared memory. (Variants that issued dV before computing dS, or dK later, measured slower.)
     __device__ static inline void compute(lcsf::consumer_args<attn_bwd> &c) {
         const int e = c.consumer, step = c.state.steps, parity = step & 1;
         c.state.steps++;
@@ -295,36 +271,27 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         warpgroup::mm_ABt(s, c.output.k[e], c.input.q);
         warpgroup::mm_ABt(dp, c.output.v[e], c.input.dout);
         warpgroup::mma_async_wait(s, dp);
-        ATTN_BWD_MARK(c, mark_sdp);
 
         const int key0 = c.task.k_block * BLOCK_K + e * KEYS;
-        const int key_row = key0 + 16 * warpgroup::warpid() + laneid() / 4;
         const int q0 = qt * BLOCK_Q;
         const bool ragged = key0 + KEYS > c.g.kv_len;
         const bool diagonal = CAUSAL && key0 + KEYS - 1 > q0 + c.g.kv_len - c.g.q_len;
         rt<T, 16, BLOCK_Q> p, ds;
-        if (ragged || diagonal) gradients<true>(c.g, c.input, s, dp, p, ds, key_row, q0);
-        else gradients<false>(c.g, c.input, s, dp, p, ds, key_row, q0);
-        ATTN_BWD_MARK(c, mark_grad);
+        const int warp_key0 = key0 + warp_first_row();
+        if (ragged || diagonal) gradients<true>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
+        else gradients<false>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
         warpgroup::mma_AB(c.state.dv, p, c.input.dout);
         warpgroup::mma_AB(c.state.dk, ds, c.input.q);
         // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
         if (step >= 2 && parity != e) wait(semaphores().ds_free[parity], ((step - 2) >> 1) & 1);
-        ATTN_BWD_MARK(c, mark_ds_free);
         warpgroup::store(c.output.ds[parity][e], ds);
         tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
         if (parity != e) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may take it
-        ATTN_BWD_MARK(c, mark_ds);
         warpgroup::mma_async_wait(c.state.dk, c.state.dv);
-        ATTN_BWD_MARK(c, mark_dkdv);
-        if constexpr (DEFER_DQ) {
-            if (c.state.dq_pending) dq_step(c, step - 1, c.state.pending_head, c.state.pending_q_tile);
-            c.state.dq_pending = true;
-            c.state.pending_head = h;
-            c.state.pending_q_tile = qt;
-        } else {
-            dq_step(c, step, h, qt);
-        }
+        if (c.state.dq_pending) dq_step(c, step - 1, c.state.pending_head, c.state.pending_q_tile);
+        c.state.dq_pending = true;
+        c.state.pending_head = h;
+        c.state.pending_q_tile = qt;
     }
 
     // dQ of the task's step `step` (query tile qt of head h), from both consumers' dS^T of it. Its owner waits for
@@ -337,10 +304,8 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         // the barrier below passes that on to the warpgroup's other threads.
         if (warpgroup::laneid() == 0) tma::store_async_read_wait();
         group<2 * WARPGROUP_WARPS>::sync(DS_READY + parity);
-        ATTN_BWD_MARK(c, mark_ready);
         dq_acc dq;
         dq_product(c, dq, parity);
-        ATTN_BWD_MARK(c, mark_dq);
         if (laneid() == 0) arrive(semaphores().ds_free[parity]);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
@@ -364,43 +329,44 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // landed, count the last task finished for its (batch, kv head). The wait for the previous task's last adds
     // overlaps the next task's K and V loads.
     __device__ static inline void count_done(const globals &g, const consumer_state &state) {
-        if (!g.convert.done || state.last_kv_head < 0) return;
+        if (!g.convert.sync.done || state.last_kv_head < 0) return;
         tma::store_async_wait<0>();
         asm volatile("fence.proxy.async.global;\n" ::: "memory"); // the TMA adds before the release below
-        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(g.convert.done + state.last_kv_head) : "memory");
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(g.convert.sync.done + state.last_kv_head) : "memory");
     }
 
-    // After the block's last task: count it, then convert items (BWD_CONVERT_ROWS rows of one head each, claimed in
-    // order, which is the order in which (batch, kv head)s finish) while their (batch, kv head) is complete; the first
-    // item that is not stops this warp, and backward_convert_dq converts whatever is left unflagged. Never waiting
-    // keeps this safe when not every block of the grid is resident at once.
-    __device__ static inline void after_tasks(lcsf::consumer_args<attn_bwd> &c) {
+    // Every thread of a consumer warpgroup, after the block's last task (its TMA stores complete): count that task,
+    // then convert items (BWD_CONVERT_ROWS rows of one head each, claimed in order, which is the order in which
+    // (batch, kv head)s finish) while their (batch, kv head) is complete; the first item that is not stops this warp,
+    // and backward_convert_dq converts whatever is left unflagged. Never waiting keeps this safe when not every block
+    // of the grid is resident at once.
+    __device__ static inline void after_tasks(const globals &g, const consumer_state &state) {
         if constexpr (CONVERT_IN_KERNEL) {
-            const dq_conversion &cv = c.g.convert;
-            if (warpgroup::laneid() == 0) count_done(c.g, c.state);
-            if (!cv.done) return;
-            const int lane = laneid(), target = 2 * c.g.k_blocks;
+            const dq_conversion &cv = g.convert;
+            if (warpgroup::laneid() == 0) count_done(g, state);
+            if (!cv.sync.done) return;
+            const int lane = laneid(), target = 2 * g.k_blocks;
             while (true) {
-                int item = lane == 0 ? atomicAdd(cv.next_item, 1) : 0;
+                int item = lane == 0 ? atomicAdd(cv.sync.next_item, 1) : 0;
                 item = __shfl_sync(0xffffffffu, item, 0);
                 if (item >= cv.items) return;
-                const int head = item / cv.tiles_per_head; // batch * q_heads + q_head
+                const int head = item / cv.items_per_head; // batch * q_heads + q_head
                 int ready = 0;
                 if (lane == 0) {
                     int count;
-                    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(count) : "l"(cv.done + head / c.g.group) : "memory");
+                    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(count) : "l"(cv.sync.done + head / g.group) : "memory");
                     ready = count >= target;
                 }
                 if (!__shfl_sync(0xffffffffu, ready, 0)) return;
-                convert_item(c.g, head, (item - head * cv.tiles_per_head) * BWD_CONVERT_ROWS);
+                convert_item(g, head, (item - head * cv.items_per_head) * BWD_CONVERT_ROWS);
                 __syncwarp();
-                if (lane == 0) cv.converted[item] = 1;
+                if (lane == 0) cv.sync.converted[item] = 1;
             }
         }
     }
     // One warp: rows row0 .. row0 + BWD_CONVERT_ROWS of one head's dQ, times the softmax scale, in the output dtype.
     __device__ static inline void convert_item(const globals &g, int head, int row0) {
-        static_assert(D == 4 * 32, "one float4 per lane covers a row of D = 128");
+        static_assert(D == 4 * 32, "one float4 per lane covers a row (attention.h's bwd_kernel_converts_dq)");
         using T2 = typename base_types::packing<T>::packed_type;
         const dq_conversion &cv = g.convert;
         const int rows = min(BWD_CONVERT_ROWS, g.q_len - row0), lane = laneid();
@@ -427,14 +393,14 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
     // rows past kv_len). The barrier first: the other consumer's last dQ product reads this consumer's K.
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
         const int e = c.consumer, row_tile = c.task.k_block * NUM_CONSUMERS + e;
-        if (DEFER_DQ && c.state.dq_pending) dq_step(c, c.state.steps - 1, c.state.pending_head, c.state.pending_q_tile);
+        if (c.state.dq_pending) dq_step(c, c.state.steps - 1, c.state.pending_head, c.state.pending_q_tile);
         c.state.dq_pending = false;
         consumers_sync();
         rt<T, 16, D> out;
         mul(c.state.dk, c.state.dk, c.g.scale); // dS^T was formed without the softmax scale
-        to_type(out, c.state.dk);
+        copy(out, c.state.dk);
         warpgroup::store(c.output.k[e], out);
-        to_type(out, c.state.dv);
+        copy(out, c.state.dv);
         warpgroup::store(c.output.v[e], out);
         tma::store_fence();
         warpgroup::sync(e + 1);
@@ -445,5 +411,20 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         }
     }
 };
+
+// The backward's kernel: LCSF's block (ring, producer, consumers), then each consumer warpgroup's after_tasks once
+// its block has no task left.
+template <typename K>
+__global__ __launch_bounds__(lcsf::num_threads<K>(), 1) void attn_bwd_kernel(const __grid_constant__ typename K::globals g) {
+    lcsf::block<K> b = lcsf::make_block<K>(g);
+    if (b.is_producer()) {
+        b.produce();
+    } else {
+        typename K::consumer_state state;
+        typename K::task last;
+        b.consume(state, last);
+        K::after_tasks(g, state);
+    }
+}
 
 } // namespace tk_attention

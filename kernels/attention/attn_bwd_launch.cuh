@@ -1,5 +1,6 @@
-// Host plumbing shared by the attention backward translation units: build (or reuse) a kernel's globals,
-// TMA maps included, and launch it on the persistent grid.
+// Host side of the attention backward's main kernel: build (or reuse) a kernel's globals, TMA maps included,
+// launch attn_bwd_kernel on the persistent grid, and pick the kernel for a head dimension (backward_for<D>,
+// instantiated in attn_bwd_d<D>.cu).
 #pragma once
 
 #include "attention.h"
@@ -9,23 +10,12 @@
 
 namespace tk_attention {
 
-// Whether kernel K adds dQ^T (kernels without the flag add dQ untransposed).
-template <typename K> constexpr bool dq_transposed() {
-    if constexpr (requires { K::DQ_TRANSPOSED; }) return K::DQ_TRANSPOSED;
-    else return false;
-}
-
-// Whether kernel K's dQ accumulator includes the softmax scale (kernels without the flag include it).
-template <typename K> constexpr bool dq_scaled() {
-    if constexpr (requires { K::DQ_SCALED; }) return K::DQ_SCALED;
-    else return true;
-}
-
 template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
     static_assert(BWD_ROW_PAD % K::BLOCK_Q == 0, "the row buffers must be padded to whole query tiles");
     static_assert(K::BLOCK_K == BWD_BLOCK_K, "attention.h's task rules assume BWD_BLOCK_K keys per task");
+    const bwd_scratch_layout scratch = bwd_scratch(p);
     // Keyed exactly by what the TMA maps encode: pointers, shapes and the strides of every mapped tensor.
     static tk_kernels::globals_cache<G, 24> cache;
     const typename tk_kernels::globals_cache<G, 24>::key_t key = {
@@ -38,45 +28,49 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
         uint64_t(p.dout.stride_b), uint64_t(p.dout.stride_h), uint64_t(p.dout.stride_n)};
     G g = cache.get(key, [&] {
         auto ptr = [](const void *x) { return reinterpret_cast<T *>(const_cast<void *>(x)); };
-        const int D = p.head_dim, padded = padded_q_len(p.q_len);
+        const int D = p.head_dim, rows = scratch.rows;
         typename K::q_gl q(ptr(p.q.ptr), p.batch, p.q_heads, p.q_len, D, p.q.stride_b, p.q.stride_h, p.q.stride_n);
         typename K::q_gl dout(ptr(p.dout.ptr), p.batch, p.q_heads, p.q_len, D, p.dout.stride_b, p.dout.stride_h,
                               p.dout.stride_n);
         typename K::kv_gl k(ptr(p.k.ptr), p.batch, p.kv_heads, p.kv_len, D, p.k.stride_b, p.k.stride_h, p.k.stride_n);
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, D, p.v.stride_b, p.v.stride_h, p.v.stride_n);
-        typename K::row_gl lse2(p.lse2, 1, p.batch, p.q_heads, padded);
-        typename K::row_gl delta(p.delta, 1, p.batch, p.q_heads, padded);
-        const int64_t head_floats = int64_t(padded) * D; // the dense accumulator, see attention.h
-        typename K::dq_gl dq = dq_transposed<K>()
-            ? typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, D, padded, p.q_heads * head_floats, head_floats, padded)
+        typename K::row_gl lse2(p.lse2, 1, p.batch, p.q_heads, rows);
+        typename K::row_gl delta(p.delta, 1, p.batch, p.q_heads, rows);
+        const int64_t head_floats = int64_t(rows) * D; // the dense accumulator, see attention.h
+        typename K::dq_gl dq = K::DQ_TRANSPOSED
+            ? typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, D, rows, p.q_heads * head_floats, head_floats, rows)
             : typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, p.q_len, D, p.q_heads * head_floats, head_floats, D);
         const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K;
         const bool heaviest_first = bwd_heaviest_first(p);
         return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
-                 padded / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, heaviest_first, 0.f, 0.f};
+                 rows / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, heaviest_first, 0.f, 0.f};
     });
     g.dk = output_map<typename K::kv_gl>(p.dk, p.batch, p.kv_heads, p.kv_len, p.head_dim);
     g.dv = output_map<typename K::kv_gl>(p.dv, p.batch, p.kv_heads, p.kv_len, p.head_dim);
     // Fields that no TMA map encodes are set per call.
     g.scale = p.scale;
     g.scale_log2 = p.scale * 1.4426950408889634f;
-    if constexpr (requires { K::CONVERT_IN_KERNEL; }) {
-        typename K::dq_conversion cv{};
-        if (K::CONVERT_IN_KERNEL && bwd_converts_in_kernel(p)) { // the scratch ints as attention.h lays them out
-            cv.done = p.sync;
-            cv.next_item = p.sync + int64_t(p.batch) * p.kv_heads;
-            cv.converted = cv.next_item + 1;
-            cv.accum = p.dq_accum;
-            cv.out = static_cast<T *>(p.dq.ptr);
-            cv.stride_b = p.dq.stride_b;
-            cv.stride_h = p.dq.stride_h;
-            cv.stride_n = p.dq.stride_n;
-            cv.items = int(bwd_convert_items(p));
-            cv.tiles_per_head = padded_q_len(p.q_len) / BWD_CONVERT_ROWS;
-        }
-        g.convert = cv;
+    typename K::dq_conversion cv{};
+    if (K::CONVERT_IN_KERNEL && bwd_converts_in_kernel(p)) {
+        cv.sync = bwd_sync_of(p);
+        cv.accum = p.dq_accum;
+        cv.out = static_cast<T *>(p.dq.ptr);
+        cv.stride_b = p.dq.stride_b;
+        cv.stride_h = p.dq.stride_h;
+        cv.stride_n = p.dq.stride_n;
+        cv.items = int(scratch.convert_items);
+        cv.items_per_head = scratch.items_per_head;
     }
-    return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
+    g.convert = cv;
+    return kittens::lcsf::launch_kernel<K, &attn_bwd_kernel<K>, kittens::lcsf::shared_bytes<K>()>(g, g.num_tasks, stream);
+}
+
+template <int D> cudaError_t backward_for(const bwd_problem &p, cudaStream_t stream) {
+    using kittens::bf16;
+    using kittens::half;
+    if (p.type == dtype::bf16)
+        return p.causal ? launch_backward<attn_bwd<bf16, D, true>>(p, stream) : launch_backward<attn_bwd<bf16, D, false>>(p, stream);
+    return p.causal ? launch_backward<attn_bwd<half, D, true>>(p, stream) : launch_backward<attn_bwd<half, D, false>>(p, stream);
 }
 
 } // namespace tk_attention

@@ -2,10 +2,9 @@
 // the base-2 form the main kernel exponentiates against. Rows that see no key (LSE = -inf) and the padding
 // rows up to a multiple of BWD_ROW_PAD get lse2 = +inf, which makes every P of theirs exactly 0.
 // The same pass zeroes the fp32 dQ accumulator the main kernel adds into (one launch and one pass over the rows
-// fewer than a separate fill: 48 instead of 32 + 20 us at D = 64, 93 instead of 55 + 41 at D = 128, for 16K tokens
-// x 16 heads, H100). The accumulator is dense with as many floats as this grid has threads times 8, so each thread
-// zeroes its own 32 bytes of it whatever its layout; the first threads also zero the scratch ints of the in-kernel
-// dQ conversion.
+// fewer than a separate fill). The accumulator is dense with as many floats as this grid has threads times 8, so
+// each thread zeroes its own 32 bytes of it whatever its layout; the first threads also zero the int scratch of the
+// in-kernel dQ conversion (attention.h's bwd_scratch_layout).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,7 +28,7 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
                              int *sync, int64_t sync_ints, int q_heads, int q_len, int padded_len, int64_t rows) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (id < sync_ints) sync[id] = 0; // the in-kernel dQ conversion's counts and flags (attention.h)
+    if (id < sync_ints) sync[id] = 0; // the in-kernel dQ conversion's counts and flags
     if (id < rows * PARTS) {
         float4 *acc = reinterpret_cast<float4 *>(dq_accum) + 2 * id;
         acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -64,25 +63,26 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
 }
 
 template <typename T2, int D> cudaError_t launch(const bwd_problem &p, cudaStream_t stream) {
-    const int padded = padded_q_len(p.q_len);
-    const int64_t rows = int64_t(p.batch) * p.q_heads * padded;
+    const bwd_scratch_layout scratch = bwd_scratch(p);
+    const int64_t rows = scratch.row_floats; // one per padded row of every head
     const int64_t threads = rows * (D / 8);
     constexpr int BLOCK = 256;
     const int64_t blocks = (threads + BLOCK - 1) / BLOCK;
-    const int64_t sync_ints = p.sync ? bwd_sync_ints(p) : 0;
+    const int64_t sync_ints = bwd_converts_in_kernel(p) ? scratch.ints : 0;
     if (blocks > 0x7fffffff || sync_ints > threads) return cudaErrorInvalidValue;
     prepare_rows<T2, D><<<unsigned(blocks), BLOCK, 0, stream>>>(
-        p.o, p.dout, p.lse, p.lse2, p.delta, p.dq_accum, p.sync, sync_ints, p.q_heads, p.q_len, padded, rows);
+        p.o, p.dout, p.lse, p.lse2, p.delta, p.dq_accum, p.sync, sync_ints, p.q_heads, p.q_len, scratch.rows, rows);
     return cudaGetLastError();
+}
+
+template <typename T2> cudaError_t launch_for(const bwd_problem &p, cudaStream_t stream) {
+    return with_head_dim(p.head_dim, [&](auto d) { return launch<T2, decltype(d)::value>(p, stream); });
 }
 
 } // namespace
 
 cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream) {
-    const bool bf = p.type == dtype::bf16;
-    if (p.head_dim == 64) return bf ? launch<__nv_bfloat162, 64>(p, stream) : launch<__half2, 64>(p, stream);
-    if (p.head_dim == 128) return bf ? launch<__nv_bfloat162, 128>(p, stream) : launch<__half2, 128>(p, stream);
-    return cudaErrorInvalidValue;
+    return p.type == dtype::bf16 ? launch_for<__nv_bfloat162>(p, stream) : launch_for<__half2>(p, stream);
 }
 
 } // namespace tk_attention

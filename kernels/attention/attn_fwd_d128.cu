@@ -1,15 +1,6 @@
-// Attention forward, head dimension 128: bf16 / fp16 x causal / not. (One file per head dimension so the two
-// compile in parallel.)
+// Attention forward for head dimension 128 (one file per head dimension, so that they compile in parallel).
 #include "attn_fwd_launch.cuh"
 
 namespace tk_attention {
-
-cudaError_t forward_d128(const fwd_problem &p, cudaStream_t stream) {
-    using kittens::bf16;
-    using kittens::half;
-    if (p.type == dtype::bf16)
-        return p.causal ? launch_forward<attn_fwd<bf16, 128, true>>(p, stream) : launch_forward<attn_fwd<bf16, 128, false>>(p, stream);
-    return p.causal ? launch_forward<attn_fwd<half, 128, true>>(p, stream) : launch_forward<attn_fwd<half, 128, false>>(p, stream);
-}
-
+template cudaError_t forward_for<128>(const fwd_problem &p, cudaStream_t stream);
 } // namespace tk_attention

@@ -1,5 +1,5 @@
 // Attention forward (flash attention) on the LCSF template: O = softmax(scale * Q K^T) V, plus the row
-// log-sum-exp, for one head dimension D in {64, 128}.
+// log-sum-exp, for one head dimension D (attention.h lists those built).
 //
 // A task is one block of BLOCK_Q = 64 * NUM_CONSUMERS query rows of one (batch, head). Each consumer
 // warpgroup owns 64 rows of Q, loaded by TMA into one of its two shared slots: while a task runs on one slot,
@@ -16,21 +16,25 @@
 // the sequence computes nothing. That is the last block, except causal with q_len mod BLOCK_Q in 1..64: there
 // the blocks start q_shift = 128 rows above row 0 (Q coordinates below 0 read zeros), so the one-consumer block
 // is the first, which sees the fewest keys; at the end it would be the heaviest task, run by one consumer
-// without the others' overlap (H100, D = 64, N = 1024: -3% time; with two consumers, N = 2048, +1%).
+// without the others' overlap.
 //
 // Causal attention is bottom-right aligned (query i sees keys j <= i + kv_len - q_len, as FlashAttention
 // does for q_len != kv_len). Tiles wholly past a consumer's diagonal are skipped, tiles past every row of the
 // task are never loaded, and masks are applied only to the tiles that straddle a diagonal or the ragged end.
 #pragma once
 
+#include "attention.h"
 #include "kittens.cuh"
 #include "online_softmax.cuh"
 
 namespace tk_attention {
 using namespace kittens;
 
+// Narrow tail tiles (attn_fwd's NARROW_TAIL) need key tiles one swizzle chunk wide: D = 64.
+constexpr bool fwd_narrow_tails_fit(int head_dim) { return head_dim == 64; }
+
 template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_fwd {
-    static_assert(D == 64 || D == 128, "attention forward supports head dimensions 64 and 128");
+    static_assert(supported_head_dim(D), "attention forward: D must be one of attention.h's HEAD_DIMS");
     static constexpr int NUM_CONSUMERS = 3;
     static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
     static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
@@ -44,12 +48,12 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
     // (ptxas reports the 128 per thread that 512 threads allow at entry; this code fits them without spills.)
     static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 160;
     // NARROW_TAIL: a consumer's last tile (cut by its diagonal or the sequence end) runs as a 64-, 128- or
-    // KV-key product, whichever is the narrowest that holds the keys it sees. It needs key tiles one swizzle
-    // chunk wide (D = 64) and pays only where such tiles are many: the narrow bodies make the kernel 40% longer,
-    // and that alone costs 2-3% per tile (H100; see attn_fwd_launch.cuh for where it is used).
-    static_assert(!NARROW_TAIL || D == 64, "attention forward: narrow tail tiles need D = 64");
+    // KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such tiles are
+    // many: the narrow bodies make the kernel longer, and that alone costs time on every tile (see
+    // attn_fwd_launch.cuh for where it is used).
+    static_assert(!NARROW_TAIL || fwd_narrow_tails_fit(D), "attention forward: narrow tail tiles need D = 64");
+    // Dynamic tasks: LCSF's producer looks each block's next task up, and setup prefetches that task's Q.
     static constexpr bool DYNAMIC_TASKS = true;
-    static constexpr bool LOOKUP_NEXT_EARLY = true; // setup prefetches the next task's Q
 
     using q_tile = st<T, Q_ROWS, D>;
     using kv_tile = st<T, KV, D>;
@@ -90,11 +94,9 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
     // by the host); inside a group, by query block from the last, then by head. So the tasks running at one
     // moment are a few query blocks of a few heads streaming the same K/V tiles (and the query heads of one kv
     // head run back to back), and causal tasks start heaviest first within each group, which keeps the blocks'
-    // loads even at the end of the grid.
-    // Measured (H100, causal, D = 128, B = 16384 / N, 16 heads), against all heads in one group with a static
-    // round-robin schedule: N = 1024 249 -> 192 us with 12 MB groups (the one-group order walked 64 MB of K/V at
-    // once, past L2); but statically scheduled 12 MB groups lost 60% at N = 8K-16K, where the uneven per-block
-    // loads that the dynamic draw removes dominated.
+    // loads even at the end of the grid. (All heads in one group walked more K/V at once than L2 holds; groups
+    // on a static round-robin schedule lost at long sequences to the uneven per-block loads that the dynamic draw
+    // removes.)
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
         const int group_tasks = g.heads_per_group * g.q_blocks;
@@ -141,7 +143,7 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
 
     // This task's Q is in slot (tasks & 1), loaded during the previous task (or now, for the first). The next
     // task's Q (LCSF looked that task up already) goes into the other slot once the previous task's O store,
-    // staged there, has read it. (Issuing it on the first tile instead, after S, measured 0.5-1% slower.)
+    // staged there, has read it. (Issuing it on the first tile instead, after S, measured slower.)
     __device__ static inline void setup(lcsf::consumer_args<attn_fwd> &c) {
         const int slot = c.state.tasks & 1;
         if (c.state.tasks == 0 && warpgroup::laneid() == 0) {
@@ -176,18 +178,18 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         const bool ragged = key0 + W > c.g.kv_len;
         const bool diagonal = CAUSAL && key0 + W - 1 > row0 + diag;
         if (ragged || diagonal) {
-            const int row = row0 + 16 * warpgroup::warpid() + laneid() / 4;
+            const int warp_row0 = row0 + warp_first_row();
             int last_key[2] = {c.g.kv_len - 1, c.g.kv_len - 1};
             if constexpr (CAUSAL) {
-                last_key[0] = min(last_key[0], row + diag);
-                last_key[1] = min(last_key[1], row + 8 + diag);
+#pragma unroll
+                for (int half = 0; half < 2; half++) last_key[half] = min(last_key[half], warp_row0 + lane_row(0, half) + diag);
             }
             mask_scores(s, key0, last_key);
         }
         float rescale[2];
         if (softmax_step(s, c.state.stats, c.g.scale_log2, rescale)) scale_rows(c.state.o, rescale);
         rt<T, 16, W> p;
-        to_type(p, s);
+        copy(p, s);
         warpgroup::mma_AB(c.state.o, p, leading<W>(c.input.v));
         // Waited at once: leaving it in flight past this call (to overlap it with the next tile) makes ptxas
         // serialise every wgmma of the kernel, since P's registers die here. The other consumers fill the gap.
@@ -236,17 +238,19 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
 
         const int row0 = first_row(c.g, c.task, c.consumer);
         if (idle(c.g, row0)) return;
-        const int row = row0 + 16 * warpgroup::warpid() + laneid() / 4;
-        if (laneid() % 4 == 0) {
+        const int warp_row0 = row0 + warp_first_row();
+        const int rows[2] = {warp_row0 + lane_row(0, 0), warp_row0 + lane_row(0, 1)};
+        if (leads_row()) {
             const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
             float *dst = c.g.lse + head * c.g.q_len;
-            if (row < c.g.q_len) dst[row] = lse[0];
-            if (row + 8 < c.g.q_len) dst[row + 8] = lse[1];
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+                if (rows[half] < c.g.q_len) dst[rows[half]] = lse[half];
         }
-        // 16 KB (D = 128) in one bulk store instead of 32 four-byte stores per thread. The next setup waits for the
-        // store to have read the slot before TMA loads the task after next into it.
+        // The tile in one bulk store instead of many four-byte stores per thread. The next setup waits for the store
+        // to have read the slot before TMA loads the task after next into it.
         rt<T, 16, D> out;
-        to_type(out, c.state.o);
+        copy(out, c.state.o);
         warpgroup::store(staging, out);
         async_proxy_fence();
         warpgroup::sync(c.consumer + 1);

@@ -1,5 +1,5 @@
-// Host plumbing shared by the attention forward translation units: build (or reuse) a kernel's globals,
-// TMA maps included, and launch it on the persistent grid.
+// Host side of the attention forward: build (or reuse) a kernel's globals, TMA maps included, launch it on the
+// persistent grid, and pick the kernel for a head dimension (forward_for<D>, instantiated in attn_fwd_d<D>.cu).
 #pragma once
 
 #include <algorithm>
@@ -14,14 +14,8 @@ namespace tk_attention {
 
 // How many (batch, query head) pairs the task order runs side by side (see attn_fwd::get_task): as many as keep
 // their K and V (shared by the query heads of one kv head) within about a quarter of the 50 MB L2, in whole
-// kv-head groups; causal groups hold at least 24 query heads.
-// Measured (H100, D = 128, B = 16384 / N, 16 heads). Non-causal, static schedule, N = 1024: 12 MB 475 / 469
-// TFLOP/s against 444 / 444 with 24 MB; 10 MB 464, 14 MB 461; N = 16384 +5%, 4096 +4% on a hot GPU. With the
-// dynamic schedule (us, group size 12 MB / 24 MB / 48 MB / all heads): non-causal N = 1024 272 / 288 / 316 / 351,
-// N = 4096 817 / 820 / 833 / 999, N = 16384 equal; causal N = 1024 186 / 194 / 211 / 247, N = 4096 489 / 496 /
-// 464 / 496, N = 8192 899 / 912 / 830 / 806, N = 16384 1715 / 1720 / 1566 / 1517. Causal groups of only a few
-// heads (1-6 at N >= 4096) lose although their K and V fit L2; 24 heads or more is where every length measured
-// its best or within 3% of it (D = 64 causal likewise).
+// kv-head groups; causal groups hold at least 24 query heads. Smaller and larger budgets both measured slower, and
+// causal groups of only a few heads lose although their K and V fit L2 (docs/attention.md has the sweep).
 inline int heads_per_group(const fwd_problem &p) {
     const int group = p.q_heads / p.kv_heads;
     const int64_t kv_bytes = int64_t(p.kv_len) * p.head_dim * 2 * 2; // K and V of one kv head, 16-bit
@@ -35,10 +29,11 @@ inline int heads_per_group(const fwd_problem &p) {
 }
 
 // Causal, D = 64: whether the kernel with narrow tail tiles (attn_fwd's NARROW_TAIL) runs. Each consumer's diagonal
-// tile, one in every kv_len / 176, then costs what its visible keys need; the longer kernel costs 2-3% on every
-// other tile. H100, B = 16384 / N, 16 heads, time narrow / plain in one process: N = 1024 0.94, 2048 0.975,
-// 4096 0.995, 8192 1.01-1.02, 16384 1.02-1.03.
-inline bool narrow_causal_tails(const fwd_problem &p) { return p.causal && p.head_dim == 64 && p.kv_len <= 4096; }
+// tile, one in every kv_len / KV, then costs what its visible keys need, while the longer kernel costs a little on
+// every other tile: it wins while diagonal tiles are a large share, up to 4096 keys.
+inline bool narrow_causal_tails(const fwd_problem &p) {
+    return p.causal && fwd_narrow_tails_fit(p.head_dim) && p.kv_len <= 4096;
+}
 
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
@@ -69,6 +64,19 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
     g.task_counter = p.task_counter;
     if (cudaError_t e = cudaMemsetAsync(p.task_counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
+}
+
+// The forward kernel for element type T and head dimension D, by masking.
+template <typename T, int D> cudaError_t forward_typed(const fwd_problem &p, cudaStream_t stream) {
+    if (!p.causal) return launch_forward<attn_fwd<T, D, false>>(p, stream);
+    if constexpr (fwd_narrow_tails_fit(D)) {
+        if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, true, true>>(p, stream);
+    }
+    return launch_forward<attn_fwd<T, D, true>>(p, stream);
+}
+
+template <int D> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {
+    return p.type == dtype::bf16 ? forward_typed<kittens::bf16, D>(p, stream) : forward_typed<kittens::half, D>(p, stream);
 }
 
 } // namespace tk_attention
