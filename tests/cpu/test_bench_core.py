@@ -8,7 +8,7 @@ import torch
 
 from tk_ops.bench import core, gemm
 
-from . import background
+from .. import background
 from .toolchain import run_python
 
 

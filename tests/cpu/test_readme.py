@@ -2,7 +2,7 @@
 import functools
 import re
 
-from . import background
+from .. import background
 from .toolchain import ROOT, compile_object, find_nvcc, nvcc_or_skip
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from . import background
+from .. import background
 from .toolchain import ROOT, build_config, cuobjdump_or_skip, find_cuobjdump, find_nvcc, nvcc_or_skip, run
 
 # source (relative to the repository root) -> SASS opcodes it must contain

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from . import background
+from .. import background
 from .toolchain import ROOT, compile_object, find_nvcc, nvcc_or_skip, run, run_python
 
 TOOLS = ROOT / "tools"

@@ -1,8 +1,8 @@
-"""The CPU tests' slow subprocesses (nvcc, cuobjdump, child Pythons), run side by side.
+"""The tests' slow subprocesses (nvcc, cuobjdump, child Pythons), run side by side.
 
 One by one, these subprocesses were most of the suite's running time, and each uses one core. A test
 module that needs them defines `background_jobs()` returning {key: callable}; when collection ends,
-tests/cpu/conftest.py hands every collected module's jobs to one pool with a worker per core (threads
+tests/conftest.py hands every collected module's jobs to one pool with a worker per core (threads
 suffice: each job waits on its own process), so they run while other tests do. A test then asks for its
 own outcome with `result(key)`; a job's exception is raised there, in the test that owns it.
 """
@@ -55,7 +55,7 @@ def result(key: str) -> Any:
         future = _futures.get(key)
     if future is None:
         raise KeyError(f"no background job {key!r}: its module's background_jobs() did not list it, "
-                       "or the module was not collected through tests/cpu/conftest.py")
+                       "or the module was not collected under tests/")
     return future.result()
 
 
