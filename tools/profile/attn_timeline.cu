@@ -2,17 +2,16 @@
 // lane of each consumer warpgroup, and the producer's loads), then one launch's stamps summed per consumer over
 // all blocks, plus the first tasks of block 0 in full.
 //
-//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -diag-suppress=20012 \
-//        -Iinclude/kittens -Ikernels -Ikernels/attention -o /tmp/attn_timeline tools/attn_timeline.cu
+//   python tools/profile/build.py tools/profile/attn_timeline.cu -o /tmp/attn_timeline
 //   /tmp/attn_timeline D causal N [batch=16384/N] [heads=16]     (on a GPU machine)
 //
-// Cycle counts are per SM (clock64). The stamps slow the kernel by a few percent: read them as a breakdown, and
-// time changes with the unstamped kernel (also printed).
+// Cycle counts are per SM (clock64). The stamps slow the kernel down: read them as a breakdown, and time changes
+// with the unstamped kernel (also printed).
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "attn_fwd_launch.cuh"
+#include "attention/attn_fwd_launch.cuh"
 #include "timeline.cuh"
 
 using namespace tk_attention;
@@ -162,6 +161,11 @@ int main(int argc, char **argv) {
     const int d = argc > 1 ? std::atoi(argv[1]) : 128, causal = argc > 2 ? std::atoi(argv[2]) : 0;
     const int n = argc > 3 ? std::atoi(argv[3]) : 1024;
     const int batch = argc > 4 ? std::atoi(argv[4]) : (16384 / n > 0 ? 16384 / n : 1), heads = argc > 5 ? std::atoi(argv[5]) : 16;
-    if (d == 64) return causal ? run<64, true>(n, batch, heads) : run<64, false>(n, batch, heads);
-    return causal ? run<128, true>(n, batch, heads) : run<128, false>(n, batch, heads);
+    const cudaError_t e = with_head_dim(d, [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        causal ? run<D, true>(n, batch, heads) : run<D, false>(n, batch, heads);
+        return cudaGetLastError();
+    });
+    if (e != cudaSuccess) std::printf("D = %d: %s\n", d, cudaGetErrorString(e));
+    return e == cudaSuccess ? 0 : 1;
 }

@@ -3,7 +3,7 @@
 1. Each GEMM of the step (forward, dX and dW of every Linear at the default size), tk_ops vs cuBLAS.
 2. Kernel time per step of both models by kernel (torch.profiler over 5 steps), largest first.
 
-    python tools/train_step_profile.py
+    python tools/profile/train_step_profile.py
 """
 import sys
 from pathlib import Path
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import train_gpt  # noqa: E402
 
 import tk_ops  # noqa: E402

@@ -2,7 +2,7 @@
 (bf16, 16 heads, batch 16384 / N): the main kernel and the helpers around it (tk_ops: row preparation, the
 zeroed dQ accumulator, its conversion; cuDNN: dot(dO, O), its dQ conversion).
 
-    python tools/attention_bwd_profile.py [--lens 1024 4096] [--dims 64 128]
+    python tools/profile/attention_bwd_profile.py [--lens 1024 4096] [--dims 64 128]
 """
 import argparse
 
@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tk_ops
+from tk_ops.attention import head_dims
 from tk_ops.bench.core import kernel_times
 
 
@@ -31,10 +32,10 @@ def profile(d: int, n: int, causal: bool, calls: int = 5):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lens", type=int, nargs="+", default=[1024, 4096])
-    parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--dims", type=int, nargs="+", help="head dimensions (default: every one the build has)")
     args = parser.parse_args()
     tk_ops.attention(*(torch.zeros(1, 1, 1, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)))  # load the ops
-    for d in args.dims:
+    for d in args.dims or head_dims():
         for causal in (False, True):
             for n in args.lens:
                 ours, peer = profile(d, n, causal)

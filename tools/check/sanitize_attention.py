@@ -1,0 +1,57 @@
+"""Attention calls for compute-sanitizer (memcheck / racecheck / synccheck), forward and backward for every head
+dimension, causal or not.
+
+    compute-sanitizer --tool memcheck python tools/check/sanitize_attention.py
+    compute-sanitizer --tool racecheck python tools/check/sanitize_attention.py --small
+
+The default cases cover ragged and cross-attention lengths, GQA, and problems with several tasks per block, so the
+tools see the dynamic task queue, the Q double buffer, the masked edges and the backward's in-kernel dQ conversion;
+causal D = 64 runs the narrow-tail forward up to 4096 keys and the plain one past that. --small runs a few short
+backward calls with several steps per task instead, for racecheck, which is too slow for the default cases."""
+import argparse
+
+import torch
+
+import tk_ops
+from tk_ops.attention import head_dims
+
+DEFAULT_CASES = [(1, 2, 1, 17, 17), (2, 4, 2, 200, 333), (1, 2, 2, 1000, 1000), (8, 8, 8, 400, 400), (1, 1, 1, 4200, 4200)]
+SMALL_CASES = [(1, 2, 1, 200, 200), (1, 1, 1, 700, 700)]  # (batch, q heads, kv heads, q_len, kv_len)
+
+
+def reference(q, k, v, causal):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    s = q.double() @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        nq, nk = s.shape[-2:]
+        visible = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
+        s = s.masked_fill(~visible, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num() @ v
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="a few short backward calls (for racecheck)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    for d in head_dims():
+        for causal in (False, True):
+            for b, hq, hk, nq, nk in SMALL_CASES if args.small else DEFAULT_CASES:
+                if causal and nq > nk:
+                    continue
+                q = torch.randn(b, hq, nq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                k = torch.randn(b, hk, nk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                v = torch.randn(b, hk, nk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                o = tk_ops.attention(q, k, v, causal=causal)
+                if not args.small:
+                    ref = reference(q, k, v, causal)
+                    err = ((o.double() - ref).norm() / ref.norm()).item()
+                    assert err < 2e-2, (d, causal, b, hq, hk, nq, nk, err)
+                o.backward(torch.randn_like(o))
+                torch.cuda.synchronize()
+    print("sanitize_attention: done")
+
+
+if __name__ == "__main__":
+    main()
