@@ -34,4 +34,11 @@ enum class scales { per_tensor, per_column, per_row_and_column };
 cudaError_t scaled_mm_e4m3(const void *a, const void *b, const float *scale_a, const float *scale_b, void *c,
                            out_dtype out, int M, int N, int K, cudaStream_t stream, scales kind = scales::per_tensor);
 
+// Debugging switch, not part of normal use: every later GEMM call of this process runs the named configuration
+// (kernels/gemm/gemm_configs.cuh: "big", "hinted", "resident", "small" or "tiny") instead of the one its shape
+// picks, so that tests and tools reach each configuration on any shape. The fp8 entry point runs "small" and "tiny"
+// as named and "big" for the other names; "resident" runs "hinted" where K > 256. "" or "auto" restores the
+// shape-based choice. Returns false, changing nothing, for any other name.
+bool force_config(const char *name);
+
 } // namespace tk_gemm

@@ -1,4 +1,4 @@
-// Shared host plumbing for the GEMM translation units: build (or reuse) a kernel's globals and launch it.
+// Host plumbing shared by the GEMM entry points: build (or reuse) a kernel's globals and launch it.
 #pragma once
 
 #include "common/globals_cache.cuh"
@@ -23,7 +23,7 @@ cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int
         typename G::a_gl ga = G::A_KMAJOR ? typename G::a_gl(pa, 1, 1, M, K) : typename G::a_gl(pa, 1, 1, K, M);
         typename G::b_gl gb = G::B_KMAJOR ? typename G::b_gl(pb, 1, 1, N, K) : typename G::b_gl(pb, 1, 1, K, N);
         typename G::c_gl gc(reinterpret_cast<TO *>(c), 1, 1, M, N);
-        return typename G::globals{ga, gb, gc, (M + G::BM - 1) / G::BM, (N + G::BLOCK_N - 1) / G::BLOCK_N,
+        return typename G::globals{ga, gb, gc, (M + G::BM - 1) / G::BM, (N + G::BN - 1) / G::BN,
                                    (K + G::BK - 1) / G::BK, 1, (K + G::BK - 1) / G::BK, nullptr, nullptr,
                                    typename G::bias_gl(nullptr, 1, 1, 1, N)};
     });
@@ -33,11 +33,11 @@ cudaError_t launch_gemm(const void *a, const void *b, void *c, int M, int N, int
     g.scale_a = scale_a;
     g.scale_b = scale_b;
     g.scale_a_step = scale_a_step;
-    if constexpr (G::VECTOR_SCALES_ON) g.col_scale = typename G::scale_gl(const_cast<float *>(scale_b), 1, 1, 1, N);
+    if constexpr (G::VECTOR_SCALES) g.col_scale = typename G::scale_gl(const_cast<float *>(scale_b), 1, 1, 1, N);
     // Contraction ranges of whole K-slices, none empty.
     g.k_per_split = (g.k_iters + splits - 1) / splits;
     g.splits = (g.k_iters + g.k_per_split - 1) / g.k_per_split;
-    return kittens::lcsf::launch<G>(g, g.tiles_m * g.tiles_n * g.splits, stream);
+    return launch<G>(g, g.tiles_m * g.tiles_n * g.splits, stream);
 }
 
 } // namespace tk_gemm

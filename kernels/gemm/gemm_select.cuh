@@ -1,39 +1,18 @@
-// Host-side helpers shared by the GEMM entry points for choosing a kernel configuration: the SM count, the
-// block size that fills the GPU, and the TK_OPS_GEMM_CONFIG override used for tuning.
+// Which shipped configuration (gemm_configs.cuh) a problem runs with: the heuristics of both entry points
+// (gemm_select.cu). The split-K count (matmul_bf16_splits) and the debugging switch that overrides the choice
+// (force_config) are declared in gemm.h.
 #pragma once
 
-#include <cstdlib>
-#include <string>
-
-#include <cuda_runtime.h>
+#include "gemm_configs.cuh"
 
 namespace tk_gemm {
 
-inline int device_sms() {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n > 0 ? n : 132;
-}
+enum class config_id { big, hinted, resident, small, tiny };
 
-// TK_OPS_GEMM_CONFIG, read once ("" when unset): forces a configuration by name, where the entry point has it.
-inline const std::string &forced_config() {
-    static const std::string forced = [] {
-        const char *e = std::getenv("TK_OPS_GEMM_CONFIG");
-        return std::string(e ? e : "");
-    }();
-    return forced;
-}
-
-enum class block_size { big, small, tiny };
-
-// The largest blocks that still give at least half the SMs a block: SMALL (128 x 128) where BIG (128 x 256) would
-// leave more than half idle, TINY (64 x 128, one consumer) where even SMALL would. Blocks that fill the GPU beat
-// bigger ones here because a lone task cannot overlap its ring fill or its epilogue with anything.
-template <typename BIG, typename SMALL> block_size by_occupancy(int M, int N, int sms) {
-    if (2 * SMALL::num_tasks(M, N) <= sms) return block_size::tiny;
-    if (2 * BIG::num_tasks(M, N) <= sms) return block_size::small;
-    return block_size::big;
-}
+// The 16-bit GEMM's configuration for an M x N x K problem, whatever the operands' memory order.
+config_id pick_bf16(int M, int N, int K);
+// The fp8 GEMM's block size for an M x N problem: big, small or tiny (fp32_out: the output is fp32, whose big blocks
+// are narrower).
+config_id pick_fp8(int M, int N, bool fp32_out);
 
 } // namespace tk_gemm
