@@ -277,7 +277,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         const bool ragged = key0 + KEYS > c.g.kv_len;
         const bool diagonal = CAUSAL && key0 + KEYS - 1 > q0 + c.g.kv_len - c.g.q_len;
         rt<T, 16, BLOCK_Q> p, ds;
-        const int warp_key0 = key0 + warp_first_row();
+        const int warp_key0 = key0 + warpgroup::warp_row0();
         if (ragged || diagonal) gradients<true>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
         else gradients<false>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
         warpgroup::mma_AB(c.state.dv, p, c.input.dout);

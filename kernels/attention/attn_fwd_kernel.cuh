@@ -178,7 +178,7 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         const bool ragged = key0 + W > c.g.kv_len;
         const bool diagonal = CAUSAL && key0 + W - 1 > row0 + diag;
         if (ragged || diagonal) {
-            const int warp_row0 = row0 + warp_first_row();
+            const int warp_row0 = row0 + warpgroup::warp_row0();
             int last_key[2] = {c.g.kv_len - 1, c.g.kv_len - 1};
             if constexpr (CAUSAL) {
 #pragma unroll
@@ -229,7 +229,7 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         float inv[2], lse[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const float l = quad_sum(c.state.stats.sum[r]);
+            const float l = row_lanes_sum(c.state.stats.sum[r]);
             const bool seen = l > 0.f; // a row that sees no key: O = 0, LSE = -inf
             inv[r] = seen ? 1.f / l : 0.f;
             lse[r] = seen ? (c.state.stats.max[r] + __log2f(l)) * LN2 : -INFINITY;
@@ -238,7 +238,7 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
 
         const int row0 = first_row(c.g, c.task, c.consumer);
         if (idle(c.g, row0)) return;
-        const int warp_row0 = row0 + warp_first_row();
+        const int warp_row0 = row0 + warpgroup::warp_row0();
         const int rows[2] = {warp_row0 + lane_row(0, 0), warp_row0 + lane_row(0, 1)};
         if (leads_row()) {
             const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;

@@ -2,7 +2,7 @@
 //
 // A consumer warp holds 16 query rows of S = Q K^T as an rt_fl<16, KV>. Each lane holds elements of two of those
 // rows (lane_row(0, 0) and lane_row(0, 1): elements.cuh), so per-row values are kept two per lane and indexed by
-// pair_pos::half; the four lanes that share a pair of rows reduce a row with two xor-shuffles. Everything works in
+// pair_pos::half; the four lanes that share a pair of rows combine a row with row_lanes_max / row_lanes_sum. Everything works in
 // the base-2 domain: each probability is ex2(score * scale * log2(e) - max), one FMA and one ex2 instruction.
 #pragma once
 
@@ -17,22 +17,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// The first of the 16 rows of a warpgroup's 64-row wgmma tile that the calling warp holds in its rt<.., 16, ..>.
-__device__ __forceinline__ int warp_first_row() { return TILE_DIM * warpgroup::warpid(); }
-
-// A row's value combined over the four lanes that hold parts of it (adjacent lanes, see rt_layout.cuh).
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // Running statistics of this lane's two rows (indexed by pair_pos::half). `max` is the row's reference
 // maximum in scaled base-2 units (at most LAZY_SLACK below the true maximum of every score seen so far);
-// `sum` is only this lane's share of the row sum against that reference (the quad's four shares are added
+// `sum` is only this lane's share of the row sum against that reference (the four row lanes' shares are added
 // once, at the end), which is valid because every rescaling factor is the same for the whole row.
 struct row_stats {
     float max[2], sum[2];
@@ -74,7 +61,7 @@ __device__ inline bool softmax_step(rt_fl<16, KV> &s, row_stats &st, float scale
     bool moved = false;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float raw = quad_max(tile_max[r]);
+        const float raw = row_lanes_max(tile_max[r]);
         float m = fmaxf(st.max[r], raw * scale_log2); // -inf stays -inf: the scale is > 0
         const bool move = m > st.max[r] + LAZY_SLACK;  // -inf + slack = -inf: a first finite max moves
         m = move ? m : st.max[r];

@@ -20,6 +20,9 @@ template <int N_WARPS> struct group {
     __device__ static inline int laneid() { return threadIdx.x % GROUP_THREADS; }
     __device__ static inline int warpid() { return (threadIdx.x % GROUP_THREADS) / WARP_THREADS; }
     __device__ static inline int groupid() { return threadIdx.x / GROUP_THREADS; }
+    // The first row, within a (16 * N)-row tile that the group computes together (a wgmma accumulator), of the
+    // 16 rows the calling warp holds in its own register tile: the group's warps stack along rows.
+    __device__ static inline int warp_row0() { return TILE_DIM * warpid(); }
     // Barrier over this group only (named barrier id 1 + groupid, so id 0 stays __syncthreads).
     __device__ static inline void sync(int id = -1) {
         int bar = id < 0 ? 1 + groupid() : id;

@@ -53,11 +53,24 @@ __device__ inline void for_each_pair(F &&f, RT &first, More &...more) {
                   more.tiles[i][j].data[k]...);
 }
 
+// The four lanes that share a row of a row-layout tile are adjacent (lanes 4g .. 4g + 3), so a per-row reduction
+// is two xor-shuffles.
 // The tile-relative rows this lane holds elements of in base-tile row i of a row-layout tile: lane_row(i, 0) and
 // lane_row(i, 1) = lane_row(i, 0) + 8 (one value per row of a column vector sits in those two slots).
 __device__ __forceinline__ int lane_row(int i, int half) { return TILE_DIM * i + detail::reg::frag_g() + 8 * half; }
 // Whether this lane is the first of the four that share its rows in a row-layout tile: the one that writes a
 // per-row value (a row sum, a log-sum-exp) out, once per row.
 __device__ __forceinline__ bool leads_row() { return detail::reg::frag_t() == 0; }
+
+// A per-row value (a lane's partial maximum or sum over its elements of the row, row layout) combined over the
+// four lanes that hold parts of that row; every one of the four gets the result.
+__device__ __forceinline__ float row_lanes_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float row_lanes_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
 
 } // namespace kittens
