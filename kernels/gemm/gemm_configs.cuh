@@ -4,6 +4,10 @@
 // problem gets is decided in gemm_select.cu.
 //
 // Plain C++ (no CUDA headers): the selection code and host tools read the numbers without the kernel.
+//
+// A configuration is a class-type template argument (C++20). Hand one to an alias template only inside a template
+// (as the entry points and tools do): nvcc 13.0's host code generation fails on an alias template given a
+// class-type argument in non-template code ("'__T0' was not declared in this scope").
 #pragma once
 
 namespace tk_gemm {

@@ -1,20 +1,19 @@
-// Where a GEMM task's time goes: the hinted bf16 configuration (both operands K-major; with -DTIMELINE_RESIDENT the
-// resident-B one, K <= 256) wrapped so that every
-// LCSF hook stamps clock64 (first lane of each consumer warpgroup, and the producer's loads), then one launch's
-// stamps printed per task for two blocks, with averages over all blocks.
+// Where a GEMM task's time goes: a shipped bf16 configuration (kernels/gemm/gemm_configs.cuh, both operands K-major)
+// wrapped so that each hook of the GEMM main loop (kernels/gemm/gemm_pipeline.cuh) stamps clock64 (first lane of
+// each consumer warpgroup, and the producer's loads), then one launch's stamps printed per task for two blocks, with
+// averages over all blocks.
 //
-//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -diag-suppress=20012 \
-//        -Iinclude/kittens -Ikernels -Ikernels/gemm -o /tmp/gemm_timeline tools/gemm_timeline.cu
-//   /tmp/gemm_timeline K [M=N]          (on a GPU machine; defaults 256 and 4096)
+//   python tools/profile/build.py tools/profile/gemm_timeline.cu -o /tmp/gemm_timeline
+//   /tmp/gemm_timeline [hinted|resident] [K=256] [M=N=4096]          (on a GPU machine)
 //
-// Cycle counts are per SM (clock64). The stamps slow the kernel by ~10%: read them as a breakdown, and time
-// changes with the unstamped kernel (also printed).
-#include <algorithm>
+// Cycle counts are per SM (clock64). The stamps slow the kernel down: read them as a breakdown, and time changes
+// with the unstamped kernel (also printed).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
-#include "gemm_launch.cuh"
+#include "gemm/gemm_launch.cuh"
 #include "timeline.cuh"
 
 using namespace tk_gemm;
@@ -33,30 +32,29 @@ __device__ __forceinline__ void stamp(int role, int task, int ev) {
         g_stamps[((blockIdx.x * ROLES + role) * MAX_TASKS + task) * EVENTS + ev] = timeline::now();
 }
 
-#ifdef TIMELINE_RESIDENT
-using timed = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16, false, false, 1, true, 2>;
-#else
-using timed = gemm<bf16, bf16, major::k, major::k, 256, 4, 64, true, 2, 16>;
-#endif
+// The timed configuration: resident, or else hinted.
+template <bool RESIDENT_B>
+using timed = gemm<bf16, bf16, major::k, major::k, RESIDENT_B ? configs::resident() : configs::hinted()>;
 
 // The kernel K with stamps around its hooks.
-template <typename K> struct stamped : timeline::wrapped<stamped<K>, K> {
-    using base = timeline::wrapped<stamped<K>, K>;
+template <typename K> struct stamped : timeline::wrapped<stamped<K>, K, consumer_args, producer_args> {
+    using base = timeline::wrapped<stamped<K>, K, consumer_args, producer_args>;
     using args = typename base::args;
     using base::as_k;
+    static_assert(K::NUM_CONSUMERS == ROLES - 1, "the stamps have room for two consumer warpgroups");
 
+    // The producer's current task (this block's task number), counted from launch.
+    __device__ static int &producer_task() {
+        __shared__ int task;
+        return task;
+    }
+    __device__ static void prepare(const typename K::globals &g) {
+        producer_task() = -1;
+        K::prepare(g);
+    }
     __device__ static void load(typename base::producer &p) {
-        // This block's task number, from the task's position in get_task's order.
-#ifdef TIMELINE_RESIDENT
-        const int run = (p.g.tiles_m * p.g.tiles_n + gridDim.x - 1) / gridDim.x;
-        const int task = p.task.n * p.g.tiles_m + p.task.m - blockIdx.x * run;
-#else
-        const int band = p.task.m / 16, first_m = band * 16, rows = min(16, p.g.tiles_m - first_m);
-        const int id = band * 16 * p.g.tiles_n + p.task.n * rows + (p.task.m - first_m);
-        const int task = (id - blockIdx.x) / gridDim.x;
-#endif
-        if (p.iter < MAX_STAGES && task < MAX_TASKS && threadIdx.x % kittens::WARPGROUP_THREADS == 0)
-            g_stamps[((blockIdx.x * ROLES + 2) * MAX_TASKS + task) * EVENTS + compute_in + p.iter] = timeline::now();
+        if (p.iter == 0) producer_task()++;
+        if (p.iter < MAX_STAGES) stamp(ROLES - 1, producer_task(), compute_in + p.iter);
         K::load(as_k(p));
     }
     __device__ static void setup(args &c) {
@@ -86,18 +84,10 @@ template <typename K> struct stamped : timeline::wrapped<stamped<K>, K> {
 };
 
 template <typename G> float time_us(const bf16 *a, const bf16 *b, bf16 *c, int M, int N, int K, int reps) {
-    typename G::globals g{typename G::a_gl(const_cast<bf16 *>(a), 1, 1, M, K), typename G::b_gl(const_cast<bf16 *>(b), 1, 1, N, K),
-                          typename G::c_gl(c, 1, 1, M, N), (M + G::BM - 1) / G::BM, (N + G::BLOCK_N - 1) / G::BLOCK_N,
-                          (K + G::BK - 1) / G::BK, 1, (K + G::BK - 1) / G::BK, nullptr, nullptr,
-                          typename G::bias_gl(nullptr, 1, 1, 1, N)};
-    const int tasks = g.tiles_m * g.tiles_n;
-    return timeline::time_us([&] { kittens::lcsf::launch<G>(g, tasks, 0); }, reps);
+    return timeline::time_us([&] { launch_gemm<G>(a, b, c, M, N, K, nullptr, nullptr, 0); }, reps);
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-    const int K = argc > 1 ? std::atoi(argv[1]) : 256, M = argc > 2 ? std::atoi(argv[2]) : 4096, N = M;
+template <typename G> int run(int M, int N, int K) {
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     bf16 *a, *b, *c;
@@ -105,23 +95,23 @@ int main(int argc, char **argv) {
     cudaMalloc(&a, size_t(M) * K * 2);
     cudaMalloc(&b, size_t(N) * K * 2);
     cudaMalloc(&c, size_t(M) * N * 2);
-    cudaMemset(a, 0x3c, size_t(M) * K * 2);
-    cudaMemset(b, 0x3c, size_t(N) * K * 2);
+    timeline::fill_random<<<256, 256>>>(a, size_t(M) * K, 1);
+    timeline::fill_random<<<256, 256>>>(b, size_t(N) * K, 2);
     const size_t count = size_t(sms) * ROLES * MAX_TASKS * EVENTS;
     cudaMalloc(&stamps, count * 8);
     cudaMemcpyToSymbol(g_stamps, &stamps, sizeof(stamps));
 
-    std::printf("%dx%dx%d: %.2f us unstamped, %.2f us stamped\n", M, N, K, time_us<timed>(a, b, c, M, N, K, 50),
-                time_us<stamped<timed>>(a, b, c, M, N, K, 50));
+    std::printf("%dx%dx%d: %.2f us unstamped, %.2f us stamped\n", M, N, K, time_us<G>(a, b, c, M, N, K, 50),
+                time_us<stamped<G>>(a, b, c, M, N, K, 50));
     cudaMemset(stamps, 0, count * 8);
-    time_us<stamped<timed>>(a, b, c, M, N, K, 1); // the last launch's stamps are what remain
+    time_us<stamped<G>>(a, b, c, M, N, K, 1); // the last launch's stamps are what remain
     cudaDeviceSynchronize();
     std::vector<unsigned long long> h(count);
     cudaMemcpy(h.data(), stamps, count * 8, cudaMemcpyDeviceToHost);
     auto at = [&](int block, int role, int task, int ev) { return h[((size_t(block) * ROLES + role) * MAX_TASKS + task) * EVENTS + ev]; };
 
     for (int block : {0, sms / 2}) {
-        for (int role = 0; role < 2; role++) {
+        for (int role = 0; role < ROLES - 1; role++) {
             const unsigned long long t0 = at(block, role, 0, setup_in);
             std::printf("block %d, consumer %d (cycles from its first setup; stage: producer load / compute in / out):", block, role);
             for (int t = 0; t < MAX_TASKS && at(block, role, t, setup_in); t++) {
@@ -129,7 +119,8 @@ int main(int argc, char **argv) {
                 std::printf("\n  task %d: setup %lld, store of the previous task %lld-%lld, drain %lld, finish %lld\n   ", t,
                             rel(role, setup_in), rel(role, store_in), rel(role, store_out), rel(role, drain_out), rel(role, finish_out));
                 for (int s = 0; s < MAX_STAGES && at(block, role, t, compute_in + s); s++)
-                    std::printf(" [%d] %lld/%lld/%lld", s, rel(2, compute_in + s), rel(role, compute_in + s), rel(role, compute_out + s));
+                    std::printf(" [%d] %lld/%lld/%lld", s, rel(ROLES - 1, compute_in + s), rel(role, compute_in + s),
+                                rel(role, compute_out + s));
             }
             std::printf("\n");
         }
@@ -146,4 +137,21 @@ int main(int argc, char **argv) {
     if (n) std::printf("mean over blocks (consumer 0, cycles): task period %.0f, store %.0f, last wgmma done -> next task's first issue %.0f\n",
                        period / n, store / n, boundary / n);
     return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    const char *config = argc > 1 ? argv[1] : "hinted";
+    const int K = argc > 2 ? std::atoi(argv[2]) : 256, M = argc > 3 ? std::atoi(argv[3]) : 4096, N = M;
+    if (std::strcmp(config, "hinted") == 0) return run<timed<false>>(M, N, K);
+    if (std::strcmp(config, "resident") == 0) {
+        if (K > RESIDENT_B_SLICES * slice_k(sizeof(bf16))) {
+            std::printf("the resident configuration holds K <= %d\n", RESIDENT_B_SLICES * slice_k(sizeof(bf16)));
+            return 1;
+        }
+        return run<timed<true>>(M, N, K);
+    }
+    std::printf("usage: %s [hinted|resident] [K=256] [M=N=4096]\n", argv[0]);
+    return 1;
 }
