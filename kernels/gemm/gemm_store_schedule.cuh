@@ -1,7 +1,7 @@
-// When the deferred store's pieces go out (gemm_pipeline.cuh): a task's STORE_PIECES output pieces are stored during the
-// next task, after its computes. A task with at least twice as many stages takes one piece after each of its
-// first computes; a shorter one takes all of them after its first compute: spreading the pieces only pays when the
-// task has stages to spare, since with every stage followed by a piece each stage waits for one.
+// When the deferred store's pieces go out (gemm_pipeline.cuh): a task's STORE_PIECES output pieces are stored
+// during the next task, after its computes. A task with at least twice as many stages takes one piece after each of
+// its first computes; a shorter one takes all of them after its first compute: spreading the pieces only pays when
+// the task has stages to spare, since with every stage followed by a piece each stage waits for one.
 //
 // With STORE_PHASES = F > 1, block x starts those pieces (x % F) / F of a task later, so that only 1 / F of the SMs
 // write at once.
