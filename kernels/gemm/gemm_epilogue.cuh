@@ -23,7 +23,8 @@ template <typename G> struct epilogue {
         // Vector scales: those of the two rows this lane holds (a step of 0 broadcasts one value to every row).
         float row_scale[2] = {1.f, 1.f};
         if constexpr (G::VECTOR_SCALES) {
-            const int warp_row = ((c.task.m * G::NUM_CONSUMERS + c.consumer) * WARPGROUP_WARPS + warpgroup::warpid()) * 16;
+            const int warp_row = // this warp's first row of C: each warp of a consumer holds TILE_DIM rows of its 64
+                ((c.task.m * G::NUM_CONSUMERS + c.consumer) * WARPGROUP_WARPS + warpgroup::warpid()) * TILE_DIM;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int row = warp_row + lane_row(0, h);
