@@ -2,8 +2,9 @@
 //
 // Kernel families register their ops with torch themselves (kernels/<family>/binding.cpp, through
 // TORCH_LIBRARY_FRAGMENT), so loading this shared library is what makes torch.ops.tk_ops.* appear.
-// This file only tells Python what the build contains. It includes pybind11 alone, not the whole
-// torch extension header, because it needs nothing else and compiles in a fraction of the time.
+// This file only tells Python what the build contains and how its ops word device errors. It includes
+// pybind11 alone, not the whole torch extension header, because it needs nothing else and compiles in a
+// fraction of the time.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,6 +13,8 @@
 
 #include <string>
 #include <vector>
+
+#include "common/error_phrases.h"
 
 #ifndef TK_OPS_FAMILIES
 #error "TK_OPS_FAMILIES (the comma-separated kernel families in this build) is set by setup.py"
@@ -45,4 +48,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         info["torch"] = TORCH_VERSION;
         return info;
     }, "What this build was compiled for and against.");
+    m.def("error_phrases", [] {
+        pybind11::dict phrases;
+        for (const auto &[phrase, error] : tk_kernels::ERROR_PHRASES) phrases[phrase] = error;
+        return phrases;
+    }, "{phrase: tk_ops exception name}: an op's error whose message holds the phrase is that exception.");
 }

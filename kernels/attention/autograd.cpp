@@ -11,8 +11,9 @@
 // in and the results multiplied back, so that fp16 neither overflows nor loses small values.
 //
 // The ops are called through the dispatcher, so torch.compile traces them into its forward and backward
-// graphs (their fake implementations live in python/tk_ops/attention.py). Sizes are read as SymInts: under
-// dynamic shapes they are symbols.
+// graphs (their Meta kernels are in binding.cpp). Sizes are read as SymInts: under dynamic shapes they are symbols.
+// A call that needs no gradient skips the autograd function, as a built-in op does. The scale stays as given
+// (None: the ops' default) all the way to the backward op.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -27,27 +28,28 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-using fwd_fn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, double);
+using scale_t = std::optional<double>;
+using fwd_fn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, scale_t);
 using bwd_fn = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                                               const at::Tensor &, const at::Tensor &, const at::Tensor &,
-                                                              bool, double);
+                                                              bool, scale_t);
 
 std::tuple<at::Tensor, at::Tensor> call_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal,
-                                            double scale) {
+                                            scale_t scale) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_fwd", "").typed<fwd_fn>();
     return op.call(q, k, v, causal, scale);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> call_bwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                                                         const at::Tensor &o, const at::Tensor &dout,
-                                                        const at::Tensor &lse, bool causal, double scale) {
+                                                        const at::Tensor &lse, bool causal, scale_t scale) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_bwd", "").typed<bwd_fn>();
     return op.call(q, k, v, o, dout, lse, causal, scale);
 }
 
 // (dQ, dK) in fp32 of sum_i grad_lse_i * LSE_i (see the top of the file).
 std::tuple<at::Tensor, at::Tensor> lse_term(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                            const at::Tensor &lse, const at::Tensor &grad_lse, bool causal, double scale) {
+                                            const at::Tensor &lse, const at::Tensor &grad_lse, bool causal, scale_t scale) {
     const c10::SymInt d = q.sym_size(-1);
     const at::Tensor g = grad_lse.to(at::kFloat);
     const at::Tensor m = g.abs().amax().clamp_min(FLT_MIN);
@@ -61,7 +63,7 @@ std::tuple<at::Tensor, at::Tensor> lse_term(const at::Tensor &q, const at::Tenso
 
 struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static variable_list forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                 bool causal, double scale) {
+                                 bool causal, scale_t scale) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         auto [o, lse] = call_fwd(q, k, v, causal, scale);
         ctx->save_for_backward({q, k, v, o, lse});
@@ -77,7 +79,7 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         const variable_list saved = ctx->get_saved_variables();
         const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
         const bool causal = ctx->saved_data["causal"].toBool();
-        const double scale = ctx->saved_data["scale"].toDouble();
+        const scale_t scale = ctx->saved_data["scale"].toOptional<double>();
         const at::Tensor &grad_out = grads[0], &grad_lse = grads[1];
         // Gradients of gradients are not supported by the kernels; outside create_graph, skip the autograd layer.
         std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
@@ -99,7 +101,11 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 };
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_autograd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                                          bool causal, double scale) {
+                                                          bool causal, scale_t scale) {
+    if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        return call_fwd(q, k, v, causal, scale);
+    }
     const variable_list out = AttentionFunction::apply(q, k, v, causal, scale);
     return {out[0], out[1]};
 }

@@ -1,35 +1,134 @@
-// Torch bindings of attention: tk_ops::attention_fwd(q, k, v, causal, scale) -> (O, LSE) and
-// tk_ops::attention_bwd(q, k, v, o, dout, lse, causal, scale) -> (dQ, dK, dV).
+// The attention ops as torch sees them: tk_ops::attention_fwd(q, k, v, causal, scale) -> (O, LSE) and
+// tk_ops::attention_bwd(q, k, v, o, dout, lse, causal, scale) -> (dQ, dK, dV) (schemas, and their CUDA, Meta and CPU
+// kernels; the autograd of attention_fwd is in autograd.cpp).
 //
-// The Python wrapper (python/tk_ops/attention.py) validates arguments with friendly messages first; the
-// checks here are the last line of defence, so that nothing reaching a kernel can fault or read out of bounds.
+// Each op's rules are one function below, shared by its three kernels: the CUDA kernel checks them before anything
+// reaches a kernel, the Meta kernel (torch.compile's fake tensors) checks them and lays the outputs out the same way,
+// and the CPU kernel checks them and then asks for CUDA tensors (see common/checks.h). The Python wrappers
+// (python/tk_ops/attention.py) only call these ops.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <array>
+#include <cmath>
 #include <limits>
-#include <stdexcept>
-#include <string>
+#include <optional>
 #include <tuple>
-#include <type_traits>
+#include <vector>
 
 #include "attention.h"
-#include "common/require.h"
+#include "common/checks.h"
 
 namespace {
 
-using tk_kernels::require;
+using namespace tk_kernels;
 
-// TMA reads a (B, H, N, D) view in place when D is dense, the other strides are multiples of 16 bytes and the
-// base is 16-byte aligned; anything else is copied to a contiguous tensor first.
+constexpr const char *ATTENTION = "tk_ops.attention";
+constexpr const char *BACKWARD = "tk_ops.attention backward";
+
+// ---------------------------------------------------------------- the rules
+
+// "64 or 128", from the list the kernels are built for.
+std::string head_dim_list() {
+    std::string s;
+    const size_t n = std::size(tk_attention::HEAD_DIMS);
+    for (size_t i = 0; i < n; i++)
+        s += (i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::to_string(tk_attention::HEAD_DIMS[i]);
+    return s;
+}
+
+// q (B, Hq, Nq, D), k and v (B, Hk, Nk, D) like scaled_dot_product_attention's, Hq a multiple of Hk; returns the
+// softmax scale, 1/sqrt(D) unless given.
+double qkv_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale) {
+    for (const named_tensor &t : {named_tensor{"q", q}, named_tensor{"k", k}, named_tensor{"v", v}}) {
+        const at::ScalarType type = t.tensor.scalar_type();
+        check_dtype(type == at::kBFloat16 || type == at::kHalf, ATTENTION, ": ", t.name,
+                    " must be bfloat16 or float16, got ", type);
+        check_input(t.tensor.dim() == 4, ATTENTION, ": ", t.name,
+                    " must be 4-D (batch, heads, seq_len, head_dim) like scaled_dot_product_attention, got shape ",
+                    t.tensor.sym_sizes());
+    }
+    check_dtype(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), ATTENTION,
+                ": q, k, v must share one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+    const c10::SymInt &B = q.sym_size(0), &Hq = q.sym_size(1), &Nq = q.sym_size(2), &Hk = k.sym_size(1),
+                      &Nk = k.sym_size(2);
+    // The head dimension picks the kernel: a symbolic one is specialised here.
+    const int64_t D = q.sym_size(3).guard_int(__FILE__, __LINE__);
+    check_input(tk_attention::supported_head_dim(int(D)), ATTENTION, ": head_dim must be ", head_dim_list(), ", got ",
+                D);
+    check_input(k.sym_sizes() == v.sym_sizes(), ATTENTION, ": k and v must have the same shape, got ", k.sym_sizes(),
+                " and ", v.sym_sizes());
+    check_input(k.sym_size(0) == B && k.sym_size(3) == D, ATTENTION,
+                ": k and v must be (B, Hk, Nk, D) with q's batch ", B, " and head_dim ", D, ", got ", k.sym_sizes());
+    check_input(Hk >= 1 && Hq % Hk == 0, ATTENTION, ": the query heads (", Hq,
+                ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
+    // The kernels index tasks and rows with 32-bit integers.
+    check_input(B < (int64_t(1) << 31) && Hq < (int64_t(1) << 31) && Nq < (int64_t(1) << 30) &&
+                    Nk < (int64_t(1) << 30) && B * Hq * ((Nq + 127) / 64) < (int64_t(1) << 31) &&
+                    B * Hk * ((Nk + 127) / 128) < (int64_t(1) << 31),
+                ATTENTION, ": problem too large");
+    if (!scale) return 1.0 / std::sqrt(double(D));
+    check_input(std::isfinite(*scale), ATTENTION, ": scale must be a finite number or None, got ", *scale);
+    return *scale;
+}
+
+// The forward's saved O, the incoming dO and the LSE, as the forward gave them.
+void backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &dout, const at::Tensor &lse) {
+    for (const named_tensor &t : {named_tensor{"o", o}, named_tensor{"dout", dout}}) {
+        check_dtype(t.tensor.scalar_type() == q.scalar_type(), BACKWARD, ": ", t.name, " must have q's dtype ",
+                    q.scalar_type(), ", got ", t.tensor.scalar_type());
+        check_input(t.tensor.sym_sizes() == q.sym_sizes(), BACKWARD, ": ", t.name, " must have q's shape ",
+                    q.sym_sizes(), ", got ", t.tensor.sym_sizes());
+    }
+    check_dtype(lse.scalar_type() == at::kFloat, BACKWARD, ": lse must be float32, as the forward returns it, got ",
+                lse.scalar_type());
+    check_input(lse.dim() == 3 && lse.sym_size(0) == q.sym_size(0) && lse.sym_size(1) == q.sym_size(1) &&
+                    lse.sym_size(2) == q.sym_size(2),
+                BACKWARD, ": lse must be (B, Hq, Nq) = ", q.sym_sizes().slice(0, 3), ", as the forward returns it, got ",
+                lse.sym_sizes());
+}
+
+// Outputs take the memory order of their input: a (B, N, H, D) tensor viewed as (B, H, N, D) (what a fused QKV
+// projection gives) produces outputs laid out the same way, so that the transposes and reshapes around attention stay
+// views, as with scaled_dot_product_attention: (B, N, H, D) order when H > 1, N > 1 and the head stride is below the
+// sequence stride.
+template <typename I> std::array<I, 4> strides_like(const I &B, const I &H, const I &N, const I &D, bool heads_inner) {
+    (void)B;
+    if (heads_inner) return {N * H * D, D, H * D, I(1)};
+    return {H * N * D, N * D, D, I(1)};
+}
+
+at::Tensor empty_like_order(const at::Tensor &like, at::ScalarType type) {
+    const bool heads_inner = like.sym_size(1) > 1 && like.sym_size(2) > 1 && like.sym_stride(1) < like.sym_stride(2);
+    if (like.is_cuda()) { // from the caching allocator directly: no dispatch on the eager path
+        const int64_t B = like.size(0), H = like.size(1), N = like.size(2), D = like.size(3);
+        return at::detail::empty_strided_cuda({B, H, N, D}, strides_like(B, H, N, D, heads_inner), type, like.device());
+    }
+    const c10::SymInt &B = like.sym_size(0), &H = like.sym_size(1), &N = like.sym_size(2), &D = like.sym_size(3);
+    return at::empty_strided_symint({B, H, N, D}, strides_like(B, H, N, D, heads_inner), like.options().dtype(type));
+}
+
+at::Tensor empty_lse(const at::Tensor &q) {
+    if (q.is_cuda()) return at::detail::empty_cuda({q.size(0), q.size(1), q.size(2)}, at::kFloat, q.device(), std::nullopt);
+    return at::empty_symint({q.sym_size(0), q.sym_size(1), q.sym_size(2)}, q.options().dtype(at::kFloat));
+}
+
+// ---------------------------------------------------------------- CUDA
+
+// TMA reads a (B, H, N, D) view in place when D is dense, the other strides are multiples of 16 bytes and the base is
+// 16-byte aligned; anything else is copied to a contiguous tensor first (clone, not contiguous(): a contiguous tensor
+// at a misaligned offset must move too).
 bool tma_readable(const at::Tensor &t) {
-    if (t.stride(3) != 1) return false;
-    if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+    if (t.stride(3) != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
     for (int d = 0; d < 3; d++)
         if (t.size(d) > 1 && (t.stride(d) % 8 != 0 || t.stride(d) <= 0)) return false;
     return true;
 }
+
+at::Tensor tma_readable_copy(const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); }
 
 // A size-1 axis may carry any stride; give it a harmless one that TMA accepts.
 int64_t tma_stride(const at::Tensor &t, int d) { return t.size(d) > 1 ? t.stride(d) : int64_t(8); }
@@ -40,53 +139,18 @@ tk_attention::tensor4 view_of(const at::Tensor &t) {
 
 tk_attention::out4 out_of(at::Tensor &t) { return {t.data_ptr(), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)}; }
 
-// Outputs take the memory order of their input: a (B, N, H, D) tensor viewed as (B, H, N, D) (what a fused
-// QKV projection gives) produces outputs laid out the same way, so that the transposes and reshapes around
-// attention stay views, as with scaled_dot_product_attention. The rule, shared with the fake implementations
-// in attention.py: (B, N, H, D) order iff H > 1, N > 1 and the head stride is below the sequence stride.
-bool heads_inner(const at::Tensor &like) { return like.size(1) > 1 && like.size(2) > 1 && like.stride(1) < like.stride(2); }
-
-at::Tensor empty_like_order(const at::Tensor &like, at::ScalarType type) {
-    const auto options = like.options().dtype(type);
-    const int64_t B = like.size(0), H = like.size(1), N = like.size(2), D = like.size(3);
-    return heads_inner(like) ? at::empty({B, N, H, D}, options).transpose(1, 2) : at::empty({B, H, N, D}, options);
-}
-
-// The checks q, k, v share between the forward and the backward.
-void check_qkv(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in) {
-    require(q_in.is_cuda() && k_in.is_cuda() && v_in.is_cuda(), "tk_ops.attention: inputs must be CUDA tensors");
-    require(q_in.device() == k_in.device() && q_in.device() == v_in.device(), "tk_ops.attention: inputs must be on one device");
-    require(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "tk_ops.attention: q, k, v must be 4-D (B, H, N, D)");
-    const auto type = q_in.scalar_type();
-    require(type == at::kBFloat16 || type == at::kHalf, "tk_ops.attention: inputs must be bfloat16 or float16");
-    require(k_in.scalar_type() == type && v_in.scalar_type() == type, "tk_ops.attention: q, k, v must share one dtype");
-    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), D = q_in.size(3);
-    const int64_t Hk = k_in.size(1), Nk = k_in.size(2);
-    require(D == 64 || D == 128, "tk_ops.attention: head dimension must be 64 or 128, got ", D);
-    require(k_in.size(0) == B && v_in.size(0) == B && k_in.size(3) == D && v_in.size(3) == D && v_in.size(1) == Hk &&
-                v_in.size(2) == Nk,
-            "tk_ops.attention: k and v must be (B, Hk, Nk, D) with q's B and D");
-    require(Hk >= 1 && Hq % Hk == 0, "tk_ops.attention: query heads (", Hq, ") must be a multiple of kv heads (", Hk, ")");
-    require(B < (1ll << 31) && Hq < (1ll << 31) && Nq < (1ll << 30) && Nk < (1ll << 30) && B * Hq * ((Nq + 127) / 64) < (1ll << 31) &&
-                B * Hk * ((Nk + 127) / 128) < (1ll << 31),
-            "tk_ops.attention: problem too large");
-}
-
-// clone, not contiguous(): a contiguous tensor at a misaligned offset must move too.
-at::Tensor tma_readable_copy(const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); }
-
-at::Tensor dense_aligned(const at::Tensor &t) {
-    const bool ok = t.is_contiguous() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-    return ok ? t : t.clone(at::MemoryFormat::Contiguous);
-}
-
 tk_attention::dtype kernel_type(const at::Tensor &t) {
     return t.scalar_type() == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;
 }
 
+void check_launch(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) throw c10::Error(message(what, " failed: ", cudaGetErrorString(e)));
+}
+
 // The fields the forward and backward problems share: q, k, v as the kernels read them, and the sizes.
 template <typename Problem>
-void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal, double scale) {
+void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal,
+                     double scale) {
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
@@ -101,23 +165,24 @@ void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const
     p.type = kernel_type(q);
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
-                                                 bool causal, double scale) {
-    check_qkv(q_in, k_in, v_in);
+std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
+                                                      const at::Tensor &v_in, bool causal, std::optional<double> scale_in) {
+    double scale = qkv_rules(q_in, k_in, v_in, scale_in);
+    check_devices(ATTENTION, {{"q", q_in}, {"k", k_in}, {"v", v_in}});
     const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Nk = k_in.size(2);
 
     const c10::cuda::CUDAGuard guard(q_in.device());
     at::Tensor o = empty_like_order(q_in, q_in.scalar_type());
-    at::Tensor lse = at::empty({B, Hq, Nq}, q_in.options().dtype(at::kFloat));
+    at::Tensor lse = empty_lse(q_in);
     if (B == 0 || Hq == 0 || Nq == 0) return {o, lse};
     if (Nk == 0) { // no key at all: every row sees nothing
         o.zero_();
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    // The kernel takes row maxima of the raw scores and folds the scale into each exponent, which needs
-    // scale > 0. The same softmax for other scales: scale * (q.k) == (-scale) * ((-q).k), and a zero scale
-    // scores every key 0, as zero queries at scale 1 do.
+    // The kernel takes row maxima of the raw scores and folds the scale into each exponent, which needs scale > 0.
+    // The same softmax for other scales: scale * (q.k) == (-scale) * ((-q).k), and a zero scale scores every key 0,
+    // as zero queries at scale 1 do.
     at::Tensor q_pos = q_in;
     if (scale < 0) {
         q_pos = q_in.neg();
@@ -126,81 +191,127 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor &q_in, const a
         q_pos = at::zeros_like(q_in, at::MemoryFormat::Contiguous);
         scale = 1;
     }
-    at::Tensor q = tma_readable_copy(q_pos), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
-    require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
+    const at::Tensor q = tma_readable_copy(q_pos), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
 
     tk_attention::fwd_problem p{};
     describe_inputs(p, q, k, v, causal, scale);
     p.o = out_of(o);
     p.lse = lse.data_ptr<float>();
     // Freed on return: the caching allocator hands it out again only to work ordered after this kernel.
-    at::Tensor task_counter = at::empty({1}, q_in.options().dtype(at::kInt));
+    const at::Tensor task_counter = at::detail::empty_cuda({1}, at::kInt, q_in.device(), std::nullopt);
     p.task_counter = task_counter.data_ptr<int>();
-    const cudaError_t e = tk_attention::forward(p, at::cuda::getCurrentCUDAStream());
-    require(e == cudaSuccess, "tk_ops.attention kernel failed: ", cudaGetErrorString(e));
+    check_launch(tk_attention::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.attention kernel");
     return {o, lse};
 }
 
-// dQ, dK, dV of attention_fwd(q, k, v, causal, scale) given O, dO and the LSE it returned. dK and dV have k's
-// and v's shapes (summed over each kv head's query heads).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd(const at::Tensor &q_in, const at::Tensor &k_in,
-                                                             const at::Tensor &v_in, const at::Tensor &o_in,
-                                                             const at::Tensor &dout_in, const at::Tensor &lse_in,
-                                                             bool causal, double scale) {
-    check_qkv(q_in, k_in, v_in);
-    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Nk = k_in.size(2);
-    require(o_in.is_cuda() && dout_in.is_cuda() && lse_in.is_cuda() && o_in.device() == q_in.device() &&
-                dout_in.device() == q_in.device() && lse_in.device() == q_in.device(),
-            "tk_ops.attention backward: o, dout and lse must be CUDA tensors on q's device");
-    require(o_in.sizes() == q_in.sizes() && dout_in.sizes() == q_in.sizes(),
-            "tk_ops.attention backward: o and dout must have q's shape (B, Hq, Nq, D)");
-    require(o_in.scalar_type() == q_in.scalar_type() && dout_in.scalar_type() == q_in.scalar_type(),
-            "tk_ops.attention backward: o and dout must have q's dtype");
-    require(lse_in.scalar_type() == at::kFloat && lse_in.dim() == 3 && lse_in.size(0) == B && lse_in.size(1) == Hq &&
-                lse_in.size(2) == Nq,
-            "tk_ops.attention backward: lse must be float32 (B, Hq, Nq), as the forward returns it");
+// dQ, dK, dV of attention_fwd(q, k, v, causal, scale) given O, dO and the LSE it returned. dK and dV have k's and v's
+// shapes (summed over each kv head's query heads).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
+                                                                  const at::Tensor &v_in, const at::Tensor &o_in,
+                                                                  const at::Tensor &dout_in, const at::Tensor &lse_in,
+                                                                  bool causal, std::optional<double> scale_in) {
+    const double scale = qkv_rules(q_in, k_in, v_in, scale_in);
+    backward_rules(q_in, o_in, dout_in, lse_in);
+    check_devices(BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"dout", dout_in}, {"lse", lse_in}});
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Hk = k_in.size(1), Nk = k_in.size(2),
+                  D = q_in.size(3);
 
     const c10::cuda::CUDAGuard guard(q_in.device());
     at::Tensor dq = empty_like_order(q_in, q_in.scalar_type());
     at::Tensor dk = empty_like_order(k_in, k_in.scalar_type());
     at::Tensor dv = empty_like_order(v_in, v_in.scalar_type());
-    if (B == 0 || Hq == 0 || Nq == 0 || Nk == 0) { // nothing to differentiate through
-        return {dq.zero_(), dk.zero_(), dv.zero_()};
-    }
-    at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
-    require(tma_readable(q) && tma_readable(k) && tma_readable(v), "tk_ops.attention: inputs must be 16-byte aligned");
-    at::Tensor o = tma_readable_copy(o_in), dout = tma_readable_copy(dout_in), lse = dense_aligned(lse_in);
-    require(tma_readable(o) && tma_readable(dout), "tk_ops.attention backward: o and dout must be 16-byte aligned");
-    const auto f32 = q_in.options().dtype(at::kFloat);
-    const int64_t padded = tk_attention::padded_q_len(int(Nq));
-    at::Tensor lse2 = at::empty({B, Hq, padded}, f32), delta = at::empty({B, Hq, padded}, f32);
-    at::Tensor dq_accum = at::empty({B * Hq * padded * q_in.size(3)}, f32); // layout: tk_attention::dq_accum_transposed
+    if (B == 0 || Hq == 0 || Nq == 0 || Nk == 0) return {dq.zero_(), dk.zero_(), dv.zero_()}; // nothing to differentiate
+    const at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
+    const at::Tensor o = tma_readable_copy(o_in), dout = tma_readable_copy(dout_in);
+    const bool lse_ok = lse_in.is_contiguous() && reinterpret_cast<uintptr_t>(lse_in.data_ptr()) % 16 == 0;
+    const at::Tensor lse = lse_ok ? lse_in : lse_in.clone(at::MemoryFormat::Contiguous);
+
+    // All scratch in one allocation: the float buffers (each a multiple of 128 floats, so every part stays 16-byte
+    // aligned), then the int scratch of the in-kernel dQ conversion.
+    const tk_attention::bwd_scratch_layout s = tk_attention::bwd_scratch(int(B), int(Hq), int(Hk), int(Nq), int(D));
+    const at::Tensor scratch =
+        at::detail::empty_cuda({2 * s.row_floats + s.dq_floats + s.ints}, at::kFloat, q_in.device(), std::nullopt);
+    float *const floats = scratch.data_ptr<float>();
 
     tk_attention::bwd_problem p{};
     describe_inputs(p, q, k, v, causal, scale);
     p.o = view_of(o);
     p.dout = view_of(dout);
     p.lse = lse.data_ptr<float>();
-    p.lse2 = lse2.data_ptr<float>();
-    p.delta = delta.data_ptr<float>();
-    p.dq_accum = dq_accum.data_ptr<float>();
+    p.lse2 = floats;
+    p.delta = floats + s.row_floats;
+    p.dq_accum = floats + 2 * s.row_floats;
+    p.sync = reinterpret_cast<int *>(floats + 2 * s.row_floats + s.dq_floats);
     p.dk = out_of(dk);
     p.dv = out_of(dv);
     p.dq = out_of(dq); // most of dQ is converted by the main kernel's last blocks (attention.h)
-    at::Tensor sync = at::empty({tk_attention::bwd_sync_ints(p)}, q_in.options().dtype(at::kInt));
-    p.sync = sync.data_ptr<int>();
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     cudaError_t e = tk_attention::backward(p, stream);
     if (e == cudaSuccess) e = tk_attention::backward_convert_dq(p, out_of(dq), stream);
-    require(e == cudaSuccess, "tk_ops.attention backward kernel failed: ", cudaGetErrorString(e));
+    check_launch(e, "tk_ops.attention backward kernel");
     return {dq, dk, dv};
+}
+
+// ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                                      bool causal, std::optional<double> scale) {
+    qkv_rules(q, k, v, scale);
+    return {empty_like_order(q, q.scalar_type()), empty_lse(q)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_meta(const at::Tensor &q, const at::Tensor &k,
+                                                                  const at::Tensor &v, const at::Tensor &o,
+                                                                  const at::Tensor &dout, const at::Tensor &lse,
+                                                                  bool causal, std::optional<double> scale) {
+    qkv_rules(q, k, v, scale);
+    backward_rules(q, o, dout, lse);
+    return {empty_like_order(q, q.scalar_type()), empty_like_order(k, k.scalar_type()),
+            empty_like_order(v, v.scalar_type())};
+}
+
+// ---------------------------------------------------------------- CPU: the op's rules, then the device rule
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                                     bool causal, std::optional<double> scale) {
+    qkv_rules(q, k, v, scale);
+    reject_cpu(ATTENTION, {{"q", q}, {"k", k}, {"v", v}});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cpu(const at::Tensor &q, const at::Tensor &k,
+                                                                 const at::Tensor &v, const at::Tensor &o,
+                                                                 const at::Tensor &dout, const at::Tensor &lse,
+                                                                 bool causal, std::optional<double> scale) {
+    qkv_rules(q, k, v, scale);
+    backward_rules(q, o, dout, lse);
+    reject_cpu(BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse}});
+}
+
+// The head dimensions this build's kernels take, for modules that check their configuration when built.
+std::vector<int64_t> attention_head_dims() {
+    return {std::begin(tk_attention::HEAD_DIMS), std::end(tk_attention::HEAD_DIMS)};
 }
 
 } // namespace
 
-// The schema is defined in Python (python/tk_ops/attention.py) with its fake implementation and autograd
-// formula; here only the CUDA kernel attaches.
+TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
+    m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> (Tensor, Tensor)");
+    m.def("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, bool causal=False, "
+          "float? scale=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+    m.def("attention_head_dims() -> int[]", &attention_head_dims);
+}
+
 TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
-    m.impl("attention_fwd", &attention_fwd);
-    m.impl("attention_bwd", &attention_bwd);
+    m.impl("attention_fwd", &attention_fwd_cuda);
+    m.impl("attention_bwd", &attention_bwd_cuda);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
+    m.impl("attention_fwd", &attention_fwd_meta);
+    m.impl("attention_bwd", &attention_bwd_meta);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
+    m.impl("attention_fwd", &attention_fwd_cpu);
+    m.impl("attention_bwd", &attention_bwd_cpu);
 }

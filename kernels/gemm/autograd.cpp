@@ -2,19 +2,22 @@
 // autograd formula registered from Python costs ~30 us of host time per call (even inside a compiled backward
 // graph, where every op call still passes the Autograd key) where this costs what a built-in op does.
 //
-// matmul: C = A B;  dA = dC B^T,  dB = A^T dC  (transposed views: the kernel reads either memory order).
+// matmul: C = A B;  dA = dC B^T,  dB = A^T dC  (transposed views: the kernel reads either memory order; a batched
+//         A (..., M, K) contributes all its rows to dB).
 // linear: y = x W^T (+ b). Backward, on the same GEMM kernels:
 //   dX = dY W          (B = W read in place: its rows are the contraction)
 //   dW = dY^T X        (both operands read in place; the result lands in W's own (N, K) layout, so autograd
 //                       accumulates it without a transposing copy; any number of tokens, no padding)
 //   db = sum of dY over the tokens
 // The ops are called through the dispatcher, so torch.compile traces them into its forward and backward
-// graphs like any other op (their fake implementations live in python/tk_ops/gemm.py).
+// graphs like any other op (their Meta kernels are in binding.cpp). A call that needs no gradient skips the
+// autograd function, as a built-in op does: recording nothing costs nothing.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <optional>
 
 namespace {
@@ -53,7 +56,7 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         if (!at::GradMode::is_enabled()) below_autograd.emplace();
         at::Tensor da, db;
         if (ctx->needs_input_grad(0)) da = call_matmul(grads[0], saved[1].t());
-        if (ctx->needs_input_grad(1)) db = call_matmul(saved[0].t(), grads[0]);
+        if (ctx->needs_input_grad(1)) db = call_matmul(token_rows(saved[0]).t(), token_rows(grads[0]));
         return {da, db};
     }
 };
@@ -90,9 +93,28 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     }
 };
 
-at::Tensor matmul_autograd(const at::Tensor &a, const at::Tensor &b) { return MatmulFunction::apply(a, b); }
+// Whether a call records a graph: grad mode on and some input requiring a gradient.
+bool records(std::initializer_list<const at::Tensor *> inputs) {
+    if (!at::GradMode::is_enabled()) return false;
+    for (const at::Tensor *t : inputs)
+        if (t->defined() && t->requires_grad()) return true;
+    return false;
+}
+
+at::Tensor matmul_autograd(const at::Tensor &a, const at::Tensor &b) {
+    if (!records({&a, &b})) {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        return call_matmul(a, b);
+    }
+    return MatmulFunction::apply(a, b);
+}
 
 at::Tensor linear_autograd(const at::Tensor &x, const at::Tensor &weight, const std::optional<at::Tensor> &bias) {
+    const at::Tensor no_bias;
+    if (!records({&x, &weight, bias ? &*bias : &no_bias})) {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        return call_linear(x, weight, bias);
+    }
     return LinearFunction::apply(x, weight, bias);
 }
 
