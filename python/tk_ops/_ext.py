@@ -1,12 +1,18 @@
-"""Access to the compiled kernels (tk_ops._C) and the checks every op makes before it reaches one.
+"""Access to the compiled kernels (tk_ops._C), and the tk_ops exceptions for what the ops raise.
 
 `import tk_ops` never loads the extension: it is loaded on the first op call, so the package
 imports (for references, docs, CPU tests) where the kernels were not or cannot be built, and the
-error comes where an op is called, saying what to do.
+error comes where an op is called, saying what to do. Loading it defines the ops (torch.ops.tk_ops.*).
 
-    ops = require("gemm")          # torch.ops.tk_ops, once the gemm family is known to be built
-    check_device(a, b)             # CUDA tensors, one device, an sm_90 GPU
-    out = ops.matmul(a, b)
+Every rule about the arguments lives in the ops themselves (kernels/<family>/binding.cpp, one function per
+op shared by its CUDA, Meta and CPU kernels), so a wrapper is one call; only a failure costs more:
+
+    try:
+        return ops("gemm").matmul(a, b)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise                      # under torch.compile, dynamo reports it with the message
+        raise op_error(e, "tk_ops.matmul", "matmul", (a, b)) from None
 """
 from __future__ import annotations
 
@@ -14,17 +20,18 @@ import importlib
 
 import torch
 
-from .errors import (DeviceMismatchError, DTypeError, ExtensionNotBuiltError, FamilyNotBuiltError,
-                     UnsupportedDeviceError)
+from . import errors
+from .errors import DTypeError, ExtensionNotBuiltError, FamilyNotBuiltError, InputError, TkOpsError
 
 EXTENSION = "tk_ops._C"
 REBUILD = "run `pip install --no-build-isolation .` in the tk_ops repository, in a CUDA environment with PyTorch"
-HOPPER = (9, 0)
 
 # (module, families) once loaded. Failures are not remembered, so a fixed install is picked up.
 _loaded: tuple[object, frozenset[str]] | None = None
-# Device indices already found to be sm_90, so the capability query runs once per device.
-_hopper_devices: set[int] = set()
+# {phrase: exception class} of device errors (kernels/common/error_phrases.h), read once from the extension.
+_phrases: dict[str, type] | None = None
+# The families whose eager entry points (ops()) were handed out, after require() found them built.
+_eager: dict[str, "_EagerOps"] = {}
 
 
 def extension():
@@ -73,45 +80,83 @@ def require(family: str):
     return torch.ops.tk_ops
 
 
-def check_device(*tensors, **named) -> torch.device:
-    """Checks that every tensor (positional, or named for clearer messages; None is skipped) is a CUDA
-    tensor, all on one device, and that the device is a Hopper GPU. Returns that device."""
-    items = [(f"argument {i}", t) for i, t in enumerate(tensors)] + [(repr(k), t) for k, t in named.items()]
-    device = None
-    for what, t in items:
-        if t is None:
+class _EagerOps:
+    """torch.ops.tk_ops's ops as eager calls reach them: the C++ entry point that OpOverload.__call__ calls
+    (``torch.ops.tk_ops.matmul.default._op``), one Python frame and the overload lookup less per call. Same
+    dispatch, autograd and torch-function handling; torch.compile cannot trace these, hence ops()."""
+
+    def __getattr__(self, name: str):
+        entry = getattr(torch.ops.tk_ops, name).default._op
+        setattr(self, name, entry)
+        return entry
+
+
+_EAGER_OPS = _EagerOps()
+
+
+def ops(family: str):
+    """The ops of the namespace torch.ops.tk_ops, after checking that `family`'s kernels are in the build: while
+    torch.compile traces, torch.ops.tk_ops itself; in eager mode, their entry points (_EagerOps)."""
+    if torch.compiler.is_compiling():
+        return require(family)
+    found = _eager.get(family)
+    if found is None:
+        require(family)
+        found = _eager[family] = _EAGER_OPS
+    return found
+
+
+def op_error(e: Exception, name: str, op: str, args: tuple) -> Exception:
+    """The tk_ops exception for `e`, raised by calling torch.ops.tk_ops.<op> with `args` from the function the
+    user calls, `name`; `e` itself when it is not about the arguments.
+
+    The ops' checks raise ValueError (InputError, or DeviceMismatchError when the message holds the device
+    phrase), TypeError (DTypeError) and NotImplementedError (UnsupportedDeviceError, by its phrase); torch's
+    own argument parsing raises RuntimeError for an argument of the wrong Python type, which the op's schema
+    names here."""
+    if isinstance(e, TkOpsError):
+        return e
+    message = str(e)
+    if isinstance(e, (ValueError, NotImplementedError)):
+        for phrase, kind in _device_phrases().items():
+            if phrase in message:
+                return kind(message)
+    if isinstance(e, ValueError):
+        return InputError(message)
+    if isinstance(e, TypeError):
+        return DTypeError(message)
+    if isinstance(e, RuntimeError):
+        return _wrong_argument_type(name, getattr(torch.ops.tk_ops, op), args) or e
+    return e
+
+
+def _device_phrases() -> dict[str, type]:
+    global _phrases
+    if _phrases is None:
+        _phrases = {phrase: getattr(errors, kind) for phrase, kind in extension().error_phrases().items()}
+    return _phrases
+
+
+# What a schema type accepts, as the message names it: (Python types, words).
+_SCHEMA_TYPES = {
+    "Tensor": ((torch.Tensor,), "a torch.Tensor"),
+    "Optional[Tensor]": ((torch.Tensor, type(None)), "a torch.Tensor or None"),
+    "float": ((int, float), "a number"),
+    "Optional[float]": ((int, float, type(None)), "a number or None"),
+    "bool": ((bool,), "a bool"),
+    "ScalarType": ((torch.dtype,), "a torch.dtype"),
+    "str": ((str,), "a str"),
+}
+
+
+def _wrong_argument_type(name: str, op, args: tuple) -> Exception | None:
+    """DTypeError for a non-tensor where the schema has a tensor, InputError for another argument of the wrong
+    Python type; None if no argument is."""
+    for arg, value in zip(op.default._schema.arguments, args):
+        declared = str(arg.real_type)
+        accepted = _SCHEMA_TYPES.get(declared)
+        if accepted is None or isinstance(value, accepted[0]):
             continue
-        if not isinstance(t, torch.Tensor):
-            raise DTypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
-        if t.device.type != "cuda":
-            raise DeviceMismatchError(
-                f"tk_ops kernels run on CUDA tensors, but {what} is on {t.device}; move it with .cuda()")
-        if device is None:
-            device = t.device
-        elif t.device != device:
-            raise DeviceMismatchError(
-                f"all tensors of one call must be on the same GPU; {what} is on {t.device}, not {device}")
-    if device is None:
-        raise ValueError("check_device needs at least one tensor")
-    check_gpu(device)
-    return device
-
-
-@torch.compiler.assume_constant_result
-def _is_hopper(index: int) -> bool:
-    # A device query and module state: evaluated while tracing, not traced (see _has_family).
-    if index in _hopper_devices:
-        return True
-    if torch.cuda.get_device_capability(index) != HOPPER:
-        return False
-    _hopper_devices.add(index)
-    return True
-
-
-def check_gpu(device: torch.device) -> None:
-    """Raises UnsupportedDeviceError unless `device` is an sm_90 GPU, the only target compiled."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if not _is_hopper(index):
-        major, minor = torch.cuda.get_device_capability(index)
-        raise UnsupportedDeviceError(
-            f"tk_ops kernels need a Hopper GPU (sm_90: H100/H200); this is sm_{major}{minor} (cuda:{index})")
+        kind = DTypeError if "Tensor" in declared else InputError
+        return kind(f"{name}: {arg.name} must be {accepted[1]}, got {type(value).__name__}")
+    return None

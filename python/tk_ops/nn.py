@@ -4,18 +4,22 @@ from __future__ import annotations
 import torch
 
 from . import _ext
-from .attention import HEAD_DIMS, attention
-from .errors import DTypeError, InputError
+from .attention import attention, head_dims
+from .errors import InputError
 
 __all__ = ["Linear", "Attention"]
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # One op, forward and backward in C++ (kernels/gemm/autograd.cpp): a Python autograd formula would
-    # cost more host time per call than the GEMM itself at small sizes, and dW comes out in the weight's own
-    # layout, so nothing is copied between the GEMMs and the optimizer.
-    _ext.check_device(x=x, weight=weight, bias=bias)
-    return _ext.require("gemm").linear(x, weight, bias)
+    # One op, forward and backward in C++ (kernels/gemm/autograd.cpp), its checks included: a Python autograd
+    # formula would cost more host time per call than the GEMM itself at small sizes, and dW comes out in the
+    # weight's own layout, so nothing is copied between the GEMMs and the optimizer.
+    try:
+        return _ext.ops("gemm").linear(x, weight, bias)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise _ext.op_error(e, "tk_ops.nn.Linear", "linear", (x, weight, bias)) from None
 
 
 class Linear(torch.nn.Linear):
@@ -23,10 +27,13 @@ class Linear(torch.nn.Linear):
 
     Same constructor, parameters and state_dict as ``torch.nn.Linear``; parameters are created in bfloat16
     unless ``dtype`` says otherwise (the kernels compute in bfloat16, so the module must be bfloat16 when it
-    runs). ``in_features`` and ``out_features`` must be multiples of 8 (TMA's 16-byte row rule).
+    runs). ``in_features`` and ``out_features`` must be multiples of 8: the products of the forward and the
+    backward then meet TMA's 16-byte row rule for any number of tokens.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=torch.bfloat16):
+        # The module's own promise (every token count works, forward and backward), checked once here; the op
+        # checks each call's tensors.
         for name, v in (("in_features", in_features), ("out_features", out_features)):
             if v % 8:
                 raise InputError(f"tk_ops.nn.Linear: {name}={v} must be a multiple of 8")
@@ -44,11 +51,6 @@ class Linear(torch.nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.dtype != torch.bfloat16 or x.dtype != torch.bfloat16:
-            raise DTypeError(f"tk_ops.nn.Linear computes in bfloat16: got input {x.dtype} and weight "
-                            f"{self.weight.dtype}; convert with .to(torch.bfloat16)")
-        if x.shape[-1] != self.in_features:
-            raise InputError(f"tk_ops.nn.Linear: input has {x.shape[-1]} features, expected {self.in_features}")
         return _linear(x, self.weight, self.bias)
 
 
@@ -57,7 +59,8 @@ class Attention(torch.nn.Module):
 
     One fused projection ``qkv`` (a :class:`Linear`, E -> (H + 2 * Hkv) * D) makes the queries, keys and
     values, :func:`tk_ops.attention` mixes them and ``proj`` (a :class:`Linear`, H * D -> E) projects back; all
-    three run on tk_ops kernels, forward and backward. D = E / H is the head dimension (64 or 128).
+    three run on tk_ops kernels, forward and backward. D = E / H is the head dimension (64 or 128: the ones
+    the build's kernels take, :func:`tk_ops.attention.head_dims`; checking it loads the extension).
     ``num_kv_heads`` < ``num_heads`` gives grouped-query attention (1: multi-query); query head h uses
     key/value head h // (H / Hkv). ``causal`` masks future positions.
 
@@ -82,9 +85,11 @@ class Attention(torch.nn.Module):
         if embed_dim % num_heads:
             raise InputError(f"tk_ops.nn.Attention: embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
         head_dim = embed_dim // num_heads
-        if head_dim not in HEAD_DIMS:
-            raise InputError(f"tk_ops.nn.Attention: the head dimension embed_dim / num_heads = {head_dim} must be 64 "
-                             f"or 128; choose num_heads = embed_dim / 64 or embed_dim / 128")
+        supported = head_dims()
+        if head_dim not in supported:
+            dims = " or ".join(str(d) for d in supported)
+            raise InputError(f"tk_ops.nn.Attention: the head dimension embed_dim / num_heads = {head_dim} must be "
+                             f"{dims}; choose num_heads = " + " or ".join(f"embed_dim / {d}" for d in supported))
         if num_heads % num_kv_heads:
             raise InputError(f"tk_ops.nn.Attention: num_heads={num_heads} must be a multiple of "
                              f"num_kv_heads={num_kv_heads} (grouped-query attention)")

@@ -1,7 +1,7 @@
-"""Attention API checks that need no GPU: argument validation, the fake (meta) implementations of the forward
-and backward ops, the autograd formula (run on CPU stand-ins for the two kernels), nn.Attention's argument
-checks, the benchmark's backward cases and the float64 references' conventions (GQA head mapping,
-bottom-right causal alignment, empty rows, gradients)."""
+"""Attention API checks that need no GPU: the ops' argument rules (kernels/attention/binding.cpp, run by their CPU
+and Meta kernels as by the CUDA ones), the Meta kernels' output shapes and memory orders, the autograd formula
+(run on CPU stand-ins for the two kernels), nn.Attention's argument checks, the benchmark's backward cases and
+the float64 references' conventions (GQA head mapping, bottom-right causal alignment, empty rows, gradients)."""
 import math
 from contextlib import contextmanager
 
@@ -14,55 +14,94 @@ from tk_ops.bench import attention as attention_bench
 from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError
 
 
+@pytest.fixture
+def built():
+    """The ops, their argument rules, Meta kernels and autograd formula are C++ (kernels/attention/), registered when
+    the extension loads: the tests of those load it (no GPU needed), and have nothing to test where it was not
+    built."""
+    try:
+        tk_ops._ext.extension()
+    except ExtensionNotBuiltError as e:
+        pytest.skip(f"the attention ops are compiled into the extension, which is not built here ({e})")
+
+
 def t(*shape, dtype=torch.bfloat16, device="cpu"):
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
-def test_rejects_float32():
+def test_rejects_float32(built):
     with pytest.raises(DTypeError, match="bfloat16 or float16"):
         tk_ops.attention(t(1, 2, 8, 64, dtype=torch.float32), t(1, 2, 8, 64), t(1, 2, 8, 64))
 
 
-def test_rejects_mixed_dtypes():
+def test_rejects_mixed_dtypes(built):
     with pytest.raises(DTypeError, match="share one dtype"):
         tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64, dtype=torch.float16), t(1, 2, 8, 64))
 
 
-def test_rejects_3d():
+def test_rejects_3d(built):
     with pytest.raises(InputError, match="4-D"):
         tk_ops.attention(t(2, 8, 64), t(2, 8, 64), t(2, 8, 64))
 
 
 @pytest.mark.parametrize("d", [32, 96, 256])
-def test_rejects_head_dim(d):
+def test_rejects_head_dim(d, built):
     with pytest.raises(InputError, match="head_dim must be 64 or 128"):
         tk_ops.attention(t(1, 2, 8, d), t(1, 2, 8, d), t(1, 2, 8, d))
 
 
-def test_rejects_kv_shape_mismatch():
+def test_rejects_kv_shape_mismatch(built):
     with pytest.raises(InputError, match="same shape"):
         tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 9, 64))
     with pytest.raises(InputError, match="batch"):
         tk_ops.attention(t(1, 2, 8, 64), t(2, 2, 8, 64), t(2, 2, 8, 64))
 
 
-def test_rejects_head_group_mismatch():
+def test_rejects_head_group_mismatch(built):
     with pytest.raises(InputError, match="multiple of the key/value heads"):
         tk_ops.attention(t(1, 6, 8, 64), t(1, 4, 8, 64), t(1, 4, 8, 64))
 
 
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.1", True])
-def test_rejects_bad_scale(scale):
+def test_rejects_bad_scale(scale, built):
     with pytest.raises(InputError, match="scale"):
         tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64), scale=scale)
 
 
-def test_rejects_cpu_tensors():
-    with pytest.raises(DeviceMismatchError, match="(?i)cuda"):
+def test_rejects_cpu_tensors(built):
+    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but q is on cpu"):
         tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64))
 
 
-def test_fake_implementation_gives_shapes():
+def test_python_types_the_op_cannot_see():
+    """causal=1 and scale=True would pass torch's argument parsing as True and 1.0: refused before the op."""
+    with pytest.raises(InputError, match="causal must be a bool, got int"):
+        tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64), causal=1)
+    with pytest.raises(InputError, match="scale must be a finite number or None, got True"):
+        tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64), scale=True)
+
+
+def test_head_dims_come_from_the_build(built):
+    from tk_ops.attention import head_dims
+    assert head_dims() == [64, 128]
+
+
+def test_backward_rules(built):
+    q = t(2, 4, 50, 64, device="meta")
+    kv = t(2, 2, 30, 64, device="meta")
+    lse = t(2, 4, 50, device="meta", dtype=torch.float32)
+    bwd = torch.ops.tk_ops.attention_bwd
+    with pytest.raises(ValueError, match=r"o must have q's shape \(2, 4, 50, 64\), got \(2, 4, 49, 64\)"):
+        bwd(q, kv, kv, t(2, 4, 49, 64, device="meta"), q, lse, False, None)
+    with pytest.raises(TypeError, match="dout must have q's dtype torch.bfloat16, got torch.float16"):
+        bwd(q, kv, kv, q, t(2, 4, 50, 64, device="meta", dtype=torch.float16), lse, False, None)
+    with pytest.raises(TypeError, match="lse must be float32"):
+        bwd(q, kv, kv, q, q, lse.bfloat16(), False, None)
+    with pytest.raises(ValueError, match=r"lse must be \(B, Hq, Nq\) = \(2, 4, 50\)"):
+        bwd(q, kv, kv, q, q, t(2, 4, 51, device="meta", dtype=torch.float32), False, None)
+
+
+def test_meta_kernel_gives_shapes(built):
     q = t(2, 8, 100, 128, device="meta", dtype=torch.float16)
     kv = t(2, 2, 37, 128, device="meta", dtype=torch.float16)
     out, lse = torch.ops.tk_ops.attention_fwd(q, kv, kv, True, 0.125)
@@ -95,17 +134,7 @@ def test_reference_causal_is_bottom_right():
 
 # ---------------------------------------------------------------- backward: fake, autograd, references
 
-@pytest.fixture
-def cpp_autograd():
-    """The autograd formula is C++ (kernels/attention/autograd.cpp), registered when the extension loads: the
-    tests of the formula load it, and have nothing to test where it was not built."""
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"the autograd formula is compiled into the extension, which is not built here ({e})")
-
-
-def test_backward_fake_gives_shapes():
+def test_backward_meta_kernel_gives_shapes(built):
     q = t(2, 8, 100, 128, device="meta", dtype=torch.float16)
     kv = t(2, 2, 37, 128, device="meta", dtype=torch.float16)
     o = t(2, 8, 100, 128, device="meta", dtype=torch.float16)
@@ -115,7 +144,7 @@ def test_backward_fake_gives_shapes():
     assert all(g.dtype == torch.float16 and g.is_contiguous() for g in (dq, dk, dv))
 
 
-def test_backward_fake_from_strided_views():
+def test_backward_meta_kernel_from_strided_views(built):
     """Transposed (B, N, H, D) inputs: each gradient takes its input's memory order ((B, N, H, D) for dQ; a
     single kv head has one order only, so dK and dV are plain contiguous)."""
     q = t(2, 50, 4, 64, device="meta").transpose(1, 2)
@@ -126,7 +155,7 @@ def test_backward_fake_from_strided_views():
     assert dk.shape == (2, 1, 30, 64) and dk.is_contiguous() and dv.is_contiguous()
 
 
-def test_forward_output_follows_the_query_memory_order():
+def test_forward_output_follows_the_query_memory_order(built):
     """A fused QKV projection's (B, N, 3H, D) slices give O laid out (B, N, H, D), so that
     o.transpose(1, 2).reshape(B, N, H * D) is a view (as with SDPA); contiguous q gives contiguous O."""
     qkv = t(2, 50, 12, 64, device="meta")
@@ -138,7 +167,7 @@ def test_forward_output_follows_the_query_memory_order():
     assert o.is_contiguous()
 
 
-def test_autograd_on_meta_tensors(cpp_autograd):
+def test_autograd_on_meta_tensors(built):
     """The autograd formula runs on meta tensors (the path torch.compile's tracing takes)."""
     q = t(2, 8, 100, 64, device="meta").requires_grad_()
     k = t(2, 2, 37, 64, device="meta").requires_grad_()
@@ -251,7 +280,7 @@ def test_reference_backward_matches_autograd(case, causal):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "hq{}_hk{}_{}x{}".format(*c))
-def test_autograd_formula_on_cpu_standins(case, causal, cpp_autograd):
+def test_autograd_formula_on_cpu_standins(case, causal, built):
     """Gradients through torch.ops.tk_ops.attention_fwd (with CPU stand-ins for the kernels) equal the
     float64 reference: through O, through LSE (the second backward call), and through both."""
     hq, hk, nq, nk = case
@@ -278,7 +307,7 @@ def test_autograd_formula_on_cpu_standins(case, causal, cpp_autograd):
                 torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=f"d{name} o={with_o} lse={with_lse}")
 
 
-def test_autograd_only_where_required(cpp_autograd):
+def test_autograd_only_where_required(built):
     q, k, v = leaves((1, 4, 6, 64), (1, 2, 6, 64), (1, 2, 6, 64), requires_grad=(False, True, False))
     with cpu_kernels():
         o, _ = torch.ops.tk_ops.attention_fwd(q, k, v, True, 0.125)
@@ -288,10 +317,10 @@ def test_autograd_only_where_required(cpp_autograd):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_opcheck_forward_and_backward_ops(cpp_autograd):
+def test_opcheck_forward_and_backward_ops(built):
     """Schema, fake-vs-real metadata, autograd registration and AOT-dispatch (torch.compile's path) of both ops,
-    with the CPU stand-ins in place of the kernels."""
-    q, k, v = leaves((2, 4, 7, 64), (2, 2, 5, 64), (2, 2, 5, 64))
+    with the CPU stand-ins in place of the kernels (in bfloat16: the Meta kernels hold the ops' dtype rule too)."""
+    q, k, v = leaves((2, 4, 7, 64), (2, 2, 5, 64), (2, 2, 5, 64), dtype=torch.bfloat16)
     with cpu_kernels():
         torch.library.opcheck(torch.ops.tk_ops.attention_fwd, (q, k, v, True, 0.125))
         torch.library.opcheck(torch.ops.tk_ops.attention_fwd, (q, k, v, False, 0.5))
@@ -300,11 +329,11 @@ def test_opcheck_forward_and_backward_ops(cpp_autograd):
         torch.library.opcheck(torch.ops.tk_ops.attention_bwd, args)
 
 
-def test_compiled_backward_traces_with_one_call(cpp_autograd):
+def test_compiled_backward_traces_with_one_call(built):
     """torch.compile(fullgraph=True) traces forward and backward; an LSE that is not used costs no second
     backward call."""
-    q, k, v = leaves((1, 4, 10, 64), (1, 1, 8, 64), (1, 1, 8, 64))
-    dout = torch.randn(1, 4, 10, 64, dtype=torch.float64)
+    q, k, v = leaves((1, 4, 10, 64), (1, 1, 8, 64), (1, 1, 8, 64), dtype=torch.bfloat16)
+    dout = torch.randn(1, 4, 10, 64, dtype=torch.bfloat16)
 
     def loss(q, k, v):
         return (torch.ops.tk_ops.attention_fwd(q * 2, k, v, True, 0.125)[0] * dout).sum()
@@ -330,12 +359,12 @@ def test_compiled_backward_traces_with_one_call(cpp_autograd):
     ((512, 8, 0), "num_kv_heads must be a positive int"),
     ((512.0, 8), "embed_dim must be a positive int"),
 ])
-def test_nn_attention_rejects_bad_arguments(args, match):
+def test_nn_attention_rejects_bad_arguments(args, match, built):
     with pytest.raises(InputError, match=match):
         tk_ops.nn.Attention(*args, device="meta")
 
 
-def test_nn_attention_shapes():
+def test_nn_attention_shapes(built):
     m = tk_ops.nn.Attention(1024, 8, num_kv_heads=2, causal=True, device="meta")
     assert m.head_dim == 128 and m.causal and m.qkv.weight.dtype == torch.bfloat16
     assert m.qkv.weight.shape == ((8 + 2 * 2) * 128, 1024) and m.qkv.bias is None

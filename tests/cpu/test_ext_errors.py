@@ -1,6 +1,8 @@
 """What a user sees when the kernels cannot run: no extension, a family left out of the build, CPU
-tensors, tensors on two devices, a GPU other than sm_90. No GPU needed: CUDA tensors are faked
-with FakeTensorMode and the device capability is monkeypatched."""
+tensors, tensors on two devices, a GPU other than sm_90, arguments of the wrong Python type. No GPU needed:
+the ops' checks run in their CPU and Meta kernels (where the extension is built), CUDA tensors are faked with
+FakeTensorMode where the op is never reached, and the messages of the GPU-only cases are given to the
+translation the wrappers use."""
 import subprocess
 import sys
 import textwrap
@@ -20,9 +22,10 @@ from .toolchain import python_env
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
-    # Each test starts with the extension not yet loaded and no device known to be sm_90.
+    # Each test starts with the extension not yet loaded.
     monkeypatch.setattr(_ext, "_loaded", None)
-    monkeypatch.setattr(_ext, "_hopper_devices", set())
+    monkeypatch.setattr(_ext, "_phrases", None)
+    monkeypatch.setattr(_ext, "_eager", {})
 
 
 @pytest.fixture
@@ -30,18 +33,19 @@ def no_extension(monkeypatch):
     monkeypatch.setitem(sys.modules, "tk_ops._C", None)  # import tk_ops._C now raises ModuleNotFoundError
 
 
+@pytest.fixture
+def built():
+    """The compiled extension (the ops and their checks live there); skips where it was not built."""
+    try:
+        return _ext.extension()
+    except ExtensionNotBuiltError as e:
+        pytest.skip(f"the ops' checks are compiled into the extension, which is not built here ({e})")
+
+
 def fake_extension(monkeypatch, families):
     module = types.ModuleType("tk_ops._C")
     module.families = lambda: list(families)
     monkeypatch.setitem(sys.modules, "tk_ops._C", module)
-
-
-@pytest.fixture
-def capability(monkeypatch):
-    """Sets what torch.cuda.get_device_capability reports."""
-    def set_to(major, minor):
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, minor))
-    return set_to
 
 
 @pytest.fixture
@@ -117,61 +121,71 @@ def test_import_needs_no_extension():
     assert res.stdout.startswith("OK") and "installed without its compiled kernels" in res.stdout
 
 
-# -- devices ------------------------------------------------------------------------------------
+# -- devices: the ops' rule (kernels/common/checks.h), the Python exceptions they become ---------------------
 
-def test_cpu_tensors_are_rejected(fake_cuda):
-    with pytest.raises(DeviceMismatchError, match="CUDA tensors.*argument 0 is on cpu"):
-        _ext.check_device(torch.ones(2), torch.ones(2))
-    with pytest.raises(DeviceMismatchError, match="CUDA tensors.*argument 1 is on cpu.*cuda"):
-        _ext.check_device(fake_cuda(2), torch.ones(2))
-
-
-def test_cpu_tensors_through_the_op():
+def test_cpu_tensors_through_the_op(built):
     a = torch.randn(64, 64).bfloat16()
-    with pytest.raises(DeviceMismatchError, match="CUDA tensors") as info:
+    with pytest.raises(DeviceMismatchError, match="tk_ops.matmul: tk_ops kernels run on CUDA tensors, but a is on cpu; "
+                                                  r"move it with \.cuda\(\)") as info:
         tk_ops.matmul(a, a)
-    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TkOpsError)
+    with pytest.raises(DeviceMismatchError, match="but q is on cpu"):
+        tk_ops.attention(*(torch.randn(1, 2, 8, 64).bfloat16() for _ in range(3)))
 
 
-def test_non_tensors_are_rejected(fake_cuda):
-    with pytest.raises(DTypeError, match="'b' must be a torch.Tensor, got list") as info:
-        _ext.check_device(a=fake_cuda(2), b=[1.0])
+def test_raw_ops_raise_the_builtin_kinds(built):
+    """torch.ops.tk_ops.* raise ValueError / TypeError with the same messages; the wrappers add the tk_ops class."""
+    a = torch.randn(64, 64).bfloat16()
+    with pytest.raises(ValueError, match="run on CUDA tensors") as info:
+        torch.ops.tk_ops.matmul(a, a)
+    assert not isinstance(info.value, TkOpsError)
+    with pytest.raises(TypeError, match="a must be torch.bfloat16, got torch.float32"):
+        torch.ops.tk_ops.matmul(a.float(), a)
+
+
+def test_the_rules_come_before_the_device(built):
+    """A CPU call reports a bad shape or dtype first, as the GPU call would."""
+    with pytest.raises(DTypeError, match="bfloat16"):
+        tk_ops.matmul(torch.randn(16, 16), torch.randn(16, 16).bfloat16())
+
+
+def test_non_tensors_are_rejected(built):
+    a = torch.randn(16, 16).bfloat16()
+    with pytest.raises(DTypeError, match="tk_ops.matmul: b must be a torch.Tensor, got list") as info:
+        tk_ops.matmul(a, [1.0])
     assert isinstance(info.value, TypeError)
+    with pytest.raises(DTypeError, match="tk_ops.nn.Linear: x must be a torch.Tensor, got int"):
+        tk_ops.nn.Linear(16, 16)(3)
 
 
-def test_tensors_on_two_gpus(fake_cuda, capability):
-    # Fake tensors cannot name a GPU the real runtime says is missing; with no GPU at all they can.
-    if torch.cuda.is_available() and torch.cuda.device_count() < 2:
-        pytest.skip("a machine with exactly one GPU cannot fake a tensor on cuda:1")
-    capability(9, 0)
-    with pytest.raises(DeviceMismatchError, match="same GPU.*cuda:1"):
-        _ext.check_device(fake_cuda(16, 16, device="cuda:0"), fake_cuda(16, 16, device="cuda:1"))
-
-
-@pytest.mark.parametrize("cap", [(8, 0), (8, 9), (10, 0), (12, 0)])
-def test_non_hopper_gpu(fake_cuda, capability, cap):
-    capability(*cap)
-    with pytest.raises(UnsupportedDeviceError) as info:
-        _ext.check_device(fake_cuda(16, 16))
-    assert f"tk_ops kernels need a Hopper GPU (sm_90: H100/H200); this is sm_{cap[0]}{cap[1]}" in str(info.value)
-
-
-def test_hopper_gpu_passes(fake_cuda, capability):
-    capability(9, 0)
-    assert _ext.check_device(fake_cuda(16, 16), None, fake_cuda(8)) == torch.device("cuda:0")
+def test_device_phrases_name_their_exceptions(built):
+    """The ops word device errors with phrases that the extension lists; each becomes its tk_ops exception."""
+    phrases = built.error_phrases()
+    assert set(phrases.values()) == {"DeviceMismatchError", "UnsupportedDeviceError"}
+    two_gpus = ValueError("tk_ops.matmul: tk_ops kernels run on CUDA tensors of one GPU, but b is on cuda:1 and a "
+                          "on cuda:0")
+    err = _ext.op_error(two_gpus, "tk_ops.matmul", "matmul", ())
+    assert isinstance(err, DeviceMismatchError) and isinstance(err, ValueError) and str(err) == str(two_gpus)
+    for cap in ("80", "89", "100", "120"):
+        old_gpu = NotImplementedError(f"tk_ops.matmul: tk_ops kernels need a Hopper GPU (sm_90: H100/H200); this is "
+                                      f"sm_{cap} (cuda:0)")
+        err = _ext.op_error(old_gpu, "tk_ops.matmul", "matmul", ())
+        assert isinstance(err, UnsupportedDeviceError) and isinstance(err, RuntimeError), cap
+        assert f"tk_ops kernels need a Hopper GPU (sm_90: H100/H200); this is sm_{cap}" in str(err)
+    # Anything not about the arguments passes through unchanged.
+    launch = RuntimeError("tk_ops.matmul kernel failed: invalid argument")
+    assert _ext.op_error(launch, "tk_ops.matmul", "matmul", (torch.ones(1), torch.ones(1))) is launch
 
 
 # -- the ops, end to end up to the kernel call --------------------------------------------------------
 
-def test_op_without_extension(no_extension, fake_cuda, capability):
-    capability(9, 0)
+def test_op_without_extension(no_extension, fake_cuda):
     a, b = fake_cuda(64, 64), fake_cuda(64, 64)
     with pytest.raises(ExtensionNotBuiltError, match="installed without its compiled kernels"):
         tk_ops.matmul(a, b)
 
 
-def test_op_without_its_family(monkeypatch, fake_cuda, capability):
-    capability(9, 0)
+def test_op_without_its_family(monkeypatch, fake_cuda):
     fake_extension(monkeypatch, [])
     a = fake_cuda(64, 64, dtype=torch.float8_e4m3fn)
     w = fake_cuda(32, 64, dtype=torch.float8_e4m3fn)
@@ -180,27 +194,34 @@ def test_op_without_its_family(monkeypatch, fake_cuda, capability):
         tk_ops.scaled_mm(a, w.t(), s, s)
 
 
-def test_op_on_wrong_gpu(fake_cuda, capability):
-    capability(8, 0)
-    with pytest.raises(UnsupportedDeviceError, match="this is sm_80"):
-        tk_ops.matmul(fake_cuda(64, 64), fake_cuda(64, 64))
-
-
 # -- torch.compile --------------------------------------------------------------------------------------
 
-def test_first_load_inside_torch_compile_keeps_one_graph(monkeypatch, fake_cuda, capability):
+def test_first_load_inside_torch_compile_keeps_one_graph(monkeypatch):
     """The first tk_ops call of a process may sit inside a compiled model: loading the extension (an import)
-    and the device query must not split the graph, so fullgraph=True still compiles."""
+    must not split the graph, so fullgraph=True still compiles."""
     fake_extension(monkeypatch, ["gemm"])
-    capability(9, 0)
-    device = fake_cuda(1).device
 
     def f(x):
-        _ext.require("gemm")
-        _ext.check_gpu(device)
+        _ext.ops("gemm")
         return x + 1
     assert _ext._loaded is None
     torch._dynamo.reset()
     out = torch.compile(f, fullgraph=True, backend="eager")(torch.ones(3))
     assert torch.equal(out, torch.full((3,), 2.0))
-    assert _ext._loaded is not None and 0 in _ext._hopper_devices
+    assert _ext._loaded is not None
+
+
+def test_ops_trace_under_torch_compile(built):
+    """The wrappers trace into one graph (their Meta kernels give the shapes), and a bad argument stops the
+    compile with the op's own message."""
+    def meta(*shape):
+        return torch.empty(*shape, device="meta", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: tk_ops.matmul(a, b) * 2, fullgraph=True, backend="eager")
+    assert f(meta(3, 16, 64), meta(64, 72)).shape == (3, 16, 72)
+    with pytest.raises(Exception, match="N=71 must be a multiple of 8"):
+        f(meta(16, 64), meta(64, 71))
+    g = torch.compile(lambda q, k, v: tk_ops.attention(q, k, v, causal=True), fullgraph=True, backend="eager",
+                      dynamic=True)
+    for n in (50, 51):
+        assert g(meta(2, 4, n, 64), meta(2, 2, n + 9, 64), meta(2, 2, n + 9, 64)).shape == (2, 4, n, 64)
