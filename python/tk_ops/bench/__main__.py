@@ -1,4 +1,7 @@
-"""python -m tk_ops.bench <family> [--backward] [--out DIR] [--quick] [--reps N]"""
+"""python -m tk_ops.bench <family> [--backward] [--out DIR] [--quick] [--reps N]
+
+<family> is a kernel family (GPU time per call, TFLOP/s against the PyTorch peers) or `overhead` (host time per
+eager call of the ops against their PyTorch peers)."""
 from __future__ import annotations
 
 import argparse
@@ -13,20 +16,23 @@ NOT_FAMILIES = {"core"}
 
 
 def families() -> list[str]:
-    """Benchmark modules in this package: one per kernel family."""
+    """Benchmark modules in this package: one per kernel family, and overhead."""
     return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
                   if not m.name.startswith("_") and m.name not in NOT_FAMILIES)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tk_ops.bench",
-                                description="Time tk_ops kernels against their PyTorch peers (TFLOP/s).")
-    p.add_argument("family", choices=families(), help="kernel family to benchmark")
+                                description="Time tk_ops kernels against their PyTorch peers (TFLOP/s), or the host "
+                                            "time per eager call (overhead).")
+    p.add_argument("family", choices=families(),
+                   help="kernel family to benchmark, or overhead: host microseconds per eager call")
     p.add_argument("--backward", action="store_true", help="time the backward pass instead of the forward")
     p.add_argument("--out", type=Path, default=Path("bench_out"),
                    help="folder for <family>.json and <family>.png (default: bench_out/)")
     p.add_argument("--quick", action="store_true", help="a few sizes and fewer repetitions, for a smoke test")
-    p.add_argument("--reps", type=int, default=None, help="timed calls per measurement (median kept)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="timed calls per measurement (median kept); for overhead, timed runs of many calls")
     return p.parse_args(argv)
 
 
@@ -38,6 +44,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     module = importlib.import_module(f"{__package__}.{args.family}")
+    if hasattr(module, "main"):  # a benchmark with its own measurement and table (overhead)
+        return module.main(args)
     cases = module.cases(quick=args.quick, backward=args.backward)
     reps = args.reps or (10 if args.quick else 30)
     warmup = 3 if args.quick else 10
