@@ -1,9 +1,10 @@
 """The developer tools under tools/ still build and start, so that none rots unnoticed.
 
-The CUDA programs compile (host and device code; they run only on a GPU machine) with the extension's
-flags; the wgmma generator confirms that the checked-in header is what it generates; each Python tool
-with a command line prints its --help, and every other one is at least valid Python; each shell script
-parses. The tools are found by globbing, so a tool added or moved is covered without editing this file.
+The CUDA programs build (they run only on a GPU machine) through the tools' own builder, which compiles
+them with the extension's flags; the wgmma generator confirms that the checked-in header is what it
+generates; each Python tool with a command line prints its --help, and every other one is at least valid
+Python; each shell script parses. The tools are found by globbing, so a tool added or moved is covered
+without editing this file.
 """
 import functools
 import importlib.util
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .. import background
-from .toolchain import ROOT, compile_object, find_nvcc, nvcc_or_skip, run, run_python
+from .toolchain import ROOT, find_nvcc, nvcc_or_skip, run, run_python
 
 TOOLS = ROOT / "tools"
 CUDA_TOOLS = sorted(TOOLS.rglob("*.cu"))
@@ -21,6 +22,9 @@ PYTHON_TOOLS = sorted(TOOLS.rglob("*.py"))
 SHELL_TOOLS = sorted(TOOLS.rglob("*.sh"))
 # The generator of include/kittens/ops/group/wgmma/instructions.cuh; it compares instead of writing with --check.
 WGMMA_GENERATORS = [p for p in PYTHON_TOOLS if p.name == "gen_wgmma.py"]
+# Builds one CUDA tool with the extension's flags and the sources its `// link:` lines name; with --check
+# into a temporary folder. The tests use it so that a tool builds here exactly as its users build it.
+BUILDERS = [p for p in PYTHON_TOOLS if p.name == "build.py"]
 
 # Programs that include whole kernels: conftest queues these compiles before the small jobs.
 BACKGROUND_HEAVY = True
@@ -39,16 +43,13 @@ def needs_torch(tool: Path) -> bool:
 
 
 CLI_TOOLS = [p for p in PYTHON_TOOLS if has_cli(p)]
-# Beyond the extension's include folders: tools/, for helpers that tools in different folders share
-# (timeline.cuh). Headers next to a tool are found without a flag.
-TOOL_INCLUDES = (f"-I{TOOLS}",)
 
 
 def background_jobs():
     jobs = {}
-    nvcc = find_nvcc()
-    if nvcc is not None:
-        jobs.update({f"tools:build:{name(p)}": functools.partial(compile_object, nvcc, p, *TOOL_INCLUDES)
+    if find_nvcc() is not None and len(BUILDERS) == 1:
+        jobs.update({f"tools:build:{name(p)}": functools.partial(run_python, name(BUILDERS[0]), name(p), "--check",
+                                                                 timeout=900)
                      for p in CUDA_TOOLS})
     jobs.update({f"tools:check:{name(p)}": functools.partial(run_python, name(p), "--check")
                  for p in WGMMA_GENERATORS})
@@ -62,11 +63,17 @@ def test_tools_exist():
     assert CUDA_TOOLS and PYTHON_TOOLS, "tools/ holds no .cu or .py tools: was it moved?"
 
 
+def test_tool_builder_is_found():
+    assert len(BUILDERS) == 1, f"expected one tools/**/build.py, found {[name(p) for p in BUILDERS]}"
+
+
 @pytest.mark.parametrize("tool", CUDA_TOOLS, ids=name)
-def test_cuda_tool_compiles(tool):
+def test_cuda_tool_builds(tool):
     nvcc_or_skip()
-    code, output = background.result(f"tools:build:{name(tool)}")
-    assert code == 0, f"{name(tool)} does not compile:\n{output[-4000:]}"
+    if len(BUILDERS) != 1:
+        pytest.fail("no single tools/**/build.py to build the CUDA tools with")
+    res = background.result(f"tools:build:{name(tool)}")
+    assert res.returncode == 0, f"{name(tool)} does not build:\n{(res.stdout + res.stderr)[-4000:]}"
 
 
 def test_wgmma_generator_is_found():
