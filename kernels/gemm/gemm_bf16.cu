@@ -23,16 +23,21 @@ cudaError_t run(const void *a, const void *b, void *c, int M, int N, int K, cuda
     }
 }
 
-template <major AM, major BM_> using split_gemm = bf16_gemm<AM, BM_, configs::split(), float>;
+// Each range's fp32 partial block added into C. (A function rather than an alias: nvcc's host pass loses an alias
+// template's class-type argument when non-template code names it.)
+template <major AM, major BM_>
+cudaError_t run_split(const void *a, const void *b, float *c, int M, int N, int K, int splits, cudaStream_t stream) {
+    return launch_gemm<bf16_gemm<AM, BM_, configs::split(), float>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
+}
 
 } // namespace
 
 cudaError_t matmul_bf16_split_k(const void *a, bool a_kmajor, const void *b, bool b_kmajor, float *c, int M, int N, int K,
                                 int splits, cudaStream_t stream) {
-    if (a_kmajor && b_kmajor) return launch_gemm<split_gemm<major::k, major::k>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
-    if (a_kmajor) return launch_gemm<split_gemm<major::k, major::mn>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
-    if (b_kmajor) return launch_gemm<split_gemm<major::mn, major::k>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
-    return launch_gemm<split_gemm<major::mn, major::mn>>(a, b, c, M, N, K, nullptr, nullptr, stream, nullptr, splits);
+    if (a_kmajor && b_kmajor) return run_split<major::k, major::k>(a, b, c, M, N, K, splits, stream);
+    if (a_kmajor) return run_split<major::k, major::mn>(a, b, c, M, N, K, splits, stream);
+    if (b_kmajor) return run_split<major::mn, major::k>(a, b, c, M, N, K, splits, stream);
+    return run_split<major::mn, major::mn>(a, b, c, M, N, K, splits, stream);
 }
 
 cudaError_t matmul_bf16(const void *a, bool a_kmajor, const void *b, bool b_kmajor, void *c, int M, int N, int K,
