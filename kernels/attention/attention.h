@@ -51,7 +51,7 @@ struct fwd_problem {
     tensor4 q, k, v;
     out4 o;     // (batch, q_heads, q_len, head_dim)
     float *lse; // (batch, q_heads, q_len) fp32, contiguous: natural-log sum of exp of the scaled scores
-    int *task_counter; // one int of device memory the launch zeroes and the kernel's blocks draw tasks from
+    int *task_counter; // 2 ints of device memory, zero at launch, that the blocks draw tasks from; left zero again
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal; // bottom-right aligned: query i sees keys j <= i + kv_len - q_len
     float scale;

@@ -69,7 +69,7 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
         int q_shift;         // block qb covers rows qb * BLOCK_Q - q_shift ..: 0 or 128, see the top
         int heads_per_group; // task order: see get_task
-        int *task_counter;   // LCSF's dynamic schedule: zero at launch
+        int *task_counter;   // LCSF's dynamic schedule: 2 ints, zero at launch and left zero
         float scale_log2; // softmax scale * log2(e), > 0 (the host folds other signs into q)
     };
     struct input_block {

@@ -62,7 +62,6 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
     g.lse = p.lse;
     g.scale_log2 = p.scale * 1.4426950408889634f;
     g.task_counter = p.task_counter;
-    if (cudaError_t e = cudaMemsetAsync(p.task_counter, 0, sizeof(int), stream); e != cudaSuccess) return e;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 

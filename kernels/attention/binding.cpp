@@ -15,6 +15,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -165,6 +167,22 @@ void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const
     p.type = kernel_type(q);
 }
 
+// The forward's task counter (2 ints, zero at launch; the kernel leaves them zero). Launches on one stream run in
+// order, so each (device, stream) keeps one, zeroed once when it is made (never freed: a few bytes per stream, and no
+// CUDA call at process exit). While a CUDA graph is captured, the graph gets its own, zeroed inside the graph; the
+// caller holds it until the launch is recorded.
+at::Tensor task_counter(const c10::Device &device) {
+    const auto zeroed = [&] { return at::zeros({2}, at::TensorOptions().dtype(at::kInt).device(device)); };
+    if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return zeroed();
+    const c10::StreamId stream = at::cuda::getCurrentCUDAStream(device.index()).id();
+    static std::mutex mutex;
+    static auto *counters = new std::map<std::pair<int, c10::StreamId>, at::Tensor>();
+    const std::lock_guard<std::mutex> lock(mutex);
+    at::Tensor &counter = (*counters)[{int(device.index()), stream}];
+    if (!counter.defined()) counter = zeroed();
+    return counter;
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
                                                       const at::Tensor &v_in, bool causal, std::optional<double> scale_in) {
     double scale = qkv_rules(q_in, k_in, v_in, scale_in);
@@ -197,9 +215,8 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, co
     describe_inputs(p, q, k, v, causal, scale);
     p.o = out_of(o);
     p.lse = lse.data_ptr<float>();
-    // Freed on return: the caching allocator hands it out again only to work ordered after this kernel.
-    const at::Tensor task_counter = at::detail::empty_cuda({1}, at::kInt, q_in.device(), std::nullopt);
-    p.task_counter = task_counter.data_ptr<int>();
+    const at::Tensor counter = task_counter(q_in.device());
+    p.task_counter = counter.data_ptr<int>();
     check_launch(tk_attention::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.attention kernel");
     return {o, lse};
 }

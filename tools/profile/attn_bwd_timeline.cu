@@ -101,7 +101,8 @@ template <int D, bool CAUSAL> cudaError_t run(int n, int batch, int heads) {
     bf16 *o = device_alloc<bf16>(buffers, elems), *dout = device_alloc<bf16>(buffers, elems);
     bf16 *dq = device_alloc<bf16>(buffers, elems), *dk = device_alloc<bf16>(buffers, elems), *dv = device_alloc<bf16>(buffers, elems);
     float *lse = device_alloc<float>(buffers, size_t(batch) * heads * n);
-    int *counter = device_alloc<int>(buffers, 1);
+    int *counter = device_alloc<int>(buffers, 2); // the forward's task counter: zero once, the kernel leaves it zero
+    cudaMemset(counter, 0, 2 * sizeof(int));
     uint32_t seed = 1;
     for (bf16 *t : {q, k, v, dout}) timeline::fill_random<<<1024, 256>>>(t, elems, seed++);
     auto in = [&](const bf16 *t) { return tensor4{t, sb, sh, D}; };

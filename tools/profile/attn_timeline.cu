@@ -71,8 +71,9 @@ template <int D, bool CAUSAL> int run(int n, int batch, int heads) {
     const size_t elems = size_t(batch) * heads * n * D;
     bf16 *q, *k, *v, *o;
     float *lse;
-    int *counter;
-    cudaMalloc(&counter, sizeof(int));
+    int *counter; // the forward's task counter: zero once, the kernel leaves it zero
+    cudaMalloc(&counter, 2 * sizeof(int));
+    cudaMemset(counter, 0, 2 * sizeof(int));
     cudaMalloc(&q, elems * 2);
     cudaMalloc(&k, elems * 2);
     cudaMalloc(&v, elems * 2);

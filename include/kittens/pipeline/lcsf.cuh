@@ -27,12 +27,14 @@
 //   static __device__ void finish(consumer_args<K>&);    once per task: write results out
 // and optionally, to balance tasks of uneven length:
 //   static constexpr bool DYNAMIC_TASKS = true;         a block's first task is still blockIdx.x, later ones are
-//   globals::task_counter (int*, zero at launch)         drawn from this counter (gridDim.x + n for the n-th draw),
+//   globals::task_counter (int*: 2 ints, zero at launch) drawn from this counter (gridDim.x + n for the n-th draw),
 //                                                       so a block that drew short tasks draws more. Ids are drawn
 //                                                       in increasing order: get_task's order is then the order in
 //                                                       which tasks start. The producer looks each drawn task up
 //                                                       and hands it over, and every hook of a task sees the
-//                                                       block's next task as `next` (if has_next).
+//                                                       block's next task as `next` (if has_next). The kernel
+//                                                       leaves both ints zero again, so a caller can keep one
+//                                                       counter per stream and zero it once.
 //
 // The pieces compose: a kernel that needs more than these hooks (work after its last task, say) writes its own
 // __global__ from `block<K>` (allocate and initialise the ring, then the producer and consumer roles) and launches
@@ -199,6 +201,13 @@ template <typename K> struct block {
                 load_stages(task);
                 more = has_next;
                 if (more) task = queue.published(n);
+            }
+            // The last block to stop drawing puts the counter back to zero for the next launch: by then every block
+            // has drawn past the last task, so nothing in this launch reads it again.
+            __threadfence();
+            if (atomicAdd(g.task_counter + 1, 1) == int(gridDim.x) - 1) {
+                g.task_counter[0] = 0;
+                g.task_counter[1] = 0;
             }
         } else {
             for (int id = blockIdx.x; K::get_task(g, id, task); id += gridDim.x) load_stages(task);

@@ -65,7 +65,7 @@ template <bool DYNAMIC> struct toy {
     }
 };
 
-// bufs: x (rows x cols fp32), out (rows x 64 fp32), and for the dynamic variant one zeroed int32; args: rows, cols.
+// bufs: x (rows x cols fp32), out (rows x 64 fp32), and for the dynamic variant two zeroed int32 (left zero); args: rows, cols.
 template <bool DYNAMIC> static int run_toy(void **b, const long long *a) {
     using K = toy<DYNAMIC>;
     const int rows = int(a[0]), cols = int(a[1]);
