@@ -40,7 +40,7 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
     visible keys of exp(scale * q.k) per query row (-inf for a row that sees no key). Both are differentiable
     (a loss that uses LSE costs a second backward kernel call)."""
     # Python types are the one thing the op cannot see: torch would take causal=1 for True and scale=True for 1.0.
-    if causal.__class__ is not bool or scale.__class__ is bool:
+    if not isinstance(causal, bool) or isinstance(scale, bool):
         raise _python_type_error(causal, scale)
     try:
         return _ext.ops("attention").attention_fwd(q, k, v, causal, scale)
@@ -67,6 +67,6 @@ def head_dims() -> list[int]:
 
 
 def _python_type_error(causal, scale) -> InputError:
-    if causal.__class__ is not bool:
+    if not isinstance(causal, bool):
         return InputError(f"tk_ops.attention: causal must be a bool, got {type(causal).__name__}")
     return InputError(f"tk_ops.attention: scale must be a finite number or None, got {scale!r}")
