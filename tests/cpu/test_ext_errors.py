@@ -3,7 +3,7 @@ tensors, tensors on two devices, a GPU other than sm_90, arguments of the wrong 
 the ops' checks run in their CPU and Meta kernels (where the extension is built), CUDA tensors are faked with
 FakeTensorMode where the op is never reached, and the messages of the GPU-only cases are given to the
 translation the wrappers use."""
-import subprocess
+import functools
 import sys
 import textwrap
 import types
@@ -17,7 +17,8 @@ from tk_ops import _ext
 from tk_ops.errors import (DeviceMismatchError, DTypeError, ExtensionNotBuiltError, FamilyNotBuiltError,
                            TkOpsError, UnsupportedDeviceError)
 
-from .toolchain import python_env
+from .. import background
+from .toolchain import run_python
 
 
 @pytest.fixture(autouse=True)
@@ -97,26 +98,32 @@ def test_family_in_build_gives_the_op_namespace(monkeypatch):
     assert _ext.built_families() == ["gemm"]
 
 
+_IMPORT_WITHOUT_EXTENSION = textwrap.dedent("""
+    import sys
+    class Hide:
+        def find_spec(self, name, path=None, target=None):
+            if name == "tk_ops._C":
+                raise ModuleNotFoundError("No module named 'tk_ops._C'", name=name)
+    sys.meta_path.insert(0, Hide())
+    import tk_ops
+    assert "tk_ops._C" not in sys.modules
+    assert callable(tk_ops.matmul) and callable(tk_ops.scaled_mm) and tk_ops.nn.Linear and tk_ops.reference
+    try:
+        tk_ops._ext.require("gemm")
+    except tk_ops.errors.ExtensionNotBuiltError as e:
+        print("OK", e)
+""")
+
+
+def background_jobs():
+    # A fresh interpreter takes seconds to import torch: it runs while other tests do.
+    return {"ext_errors:import": functools.partial(run_python, "-c", _IMPORT_WITHOUT_EXTENSION)}
+
+
 def test_import_needs_no_extension():
     # A fresh interpreter where tk_ops._C cannot be found: the import works and does not even try to
     # load the extension; the first op call reports the missing build.
-    script = textwrap.dedent("""
-        import sys
-        class Hide:
-            def find_spec(self, name, path=None, target=None):
-                if name == "tk_ops._C":
-                    raise ModuleNotFoundError("No module named 'tk_ops._C'", name=name)
-        sys.meta_path.insert(0, Hide())
-        import tk_ops
-        assert "tk_ops._C" not in sys.modules
-        assert callable(tk_ops.matmul) and callable(tk_ops.scaled_mm) and tk_ops.nn.Linear and tk_ops.reference
-        try:
-            tk_ops._ext.require("gemm")
-        except tk_ops.errors.ExtensionNotBuiltError as e:
-            print("OK", e)
-    """)
-    res = subprocess.run([sys.executable, "-c", script], env=python_env(), capture_output=True, text=True,
-                         timeout=300)
+    res = background.result("ext_errors:import")
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.startswith("OK") and "installed without its compiled kernels" in res.stdout
 
