@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import re
 import subprocess
@@ -26,19 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cpu"))
 
-from toolchain import find_cuobjdump, find_nvcc  # noqa: E402
+from toolchain import build_config as config, find_cuobjdump, find_nvcc  # noqa: E402
 
-
-def _load_build_config():
-    # By path, as setup.py does: the tk_ops package itself needs torch, which this tool does not.
-    spec = importlib.util.spec_from_file_location("_tk_ops_build_config", ROOT / "python" / "tk_ops" / "_build_config.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-config = _load_build_config()
 
 # The device-code translation units: .cu files of the kernel families.
 DEFAULT_SOURCES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "kernels").glob("*/*.cu"))

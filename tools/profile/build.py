@@ -2,15 +2,14 @@
 
     python tools/profile/build.py tools/profile/attn_timeline.cu -o /tmp/attn_timeline
 
-The flags and include directories are the extension's (python/tk_ops/_build_config.py), plus tools/ and the tool's own
-folder for the helpers tools share (timeline.cuh). A tool that needs more translation units names them in its source,
-one per line, as `// link: kernels/attention/attn_bwd_prep.cu`. Building needs no GPU: with --check the executable
+The flags and include directories are the extension's (python/tk_ops/_build_config.py), plus the tool's own folder
+for the helpers the tools beside it share (timeline.cuh). A tool that needs more translation units names them in
+its source, one per line, as `// link: kernels/attention/attn_bwd_prep.cu`. Building needs no GPU: with --check the executable
 goes to a temporary folder and is deleted, which is what a CPU test runs to prove that every tool still builds.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import subprocess
 import sys
@@ -20,19 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cpu"))
 
-from toolchain import find_nvcc  # noqa: E402
+from toolchain import build_config as config, find_nvcc  # noqa: E402
 
-
-def _load_build_config():
-    # By path, as setup.py does: the tk_ops package itself needs torch, which this script does not.
-    spec = importlib.util.spec_from_file_location("_tk_ops_build_config", ROOT / "python" / "tk_ops" / "_build_config.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-config = _load_build_config()
 LINK = re.compile(r"^// link: (\S+)\s*$", re.M)
 
 
@@ -45,7 +33,7 @@ def command(tool: Path, out: Path) -> list[str]:
     nvcc = find_nvcc()
     if nvcc is None:
         raise SystemExit("nvcc not found: set CUDA_HOME or put nvcc on PATH")
-    includes = [*config.include_dirs(ROOT), str(ROOT / "tools"), str(tool.resolve().parent)]
+    includes = [*config.include_dirs(ROOT), str(tool.resolve().parent)]
     sources = [str(tool), *(str(ROOT / s) for s in linked_sources(tool))]
     return [nvcc, *config.NVCC_FLAGS, *(f"-I{d}" for d in includes), "-o", str(out), *sources]
 
