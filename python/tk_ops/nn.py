@@ -5,7 +5,7 @@ import torch
 
 from . import _ext
 from .attention import attention, head_dims
-from .errors import InputError
+from .errors import ExtensionNotBuiltError, FamilyNotBuiltError, InputError
 
 __all__ = ["Linear", "Attention"]
 
@@ -85,8 +85,13 @@ class Attention(torch.nn.Module):
         if embed_dim % num_heads:
             raise InputError(f"tk_ops.nn.Attention: embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
         head_dim = embed_dim // num_heads
-        supported = head_dims()
-        if head_dim not in supported:
+        # The head dimensions come from the build; without one (a model made on a machine without the kernels, to
+        # load or inspect weights) the attention op checks it at the first call instead.
+        try:
+            supported = head_dims()
+        except (ExtensionNotBuiltError, FamilyNotBuiltError):
+            supported = None
+        if supported is not None and head_dim not in supported:
             dims = " or ".join(str(d) for d in supported)
             raise InputError(f"tk_ops.nn.Attention: the head dimension embed_dim / num_heads = {head_dim} must be "
                              f"{dims}; choose num_heads = " + " or ".join(f"embed_dim / {d}" for d in supported))

@@ -2,7 +2,8 @@
 versions, and the module must then equal the textbook multi-head attention it documents (head order in the
 fused qkv weight, GQA mapping, causal mask, output projection), forward and backward, and hand the attention
 in-place (B, N, H, D)-transposed views that the kernel reads without copies. Building the module asks the
-extension which head dimensions its kernels take, so these tests need it built."""
+extension which head dimensions its kernels take (a build without them defers that check to the first call), so
+these tests need it built."""
 import pytest
 import torch
 
