@@ -2,7 +2,11 @@
 // includes this, the kernel's translation unit (based_fwd.cu) implements it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <type_traits>
+#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -10,12 +14,23 @@ namespace tk_based {
 
 // The feature dimension of q and k: the Taylor feature map's 1 + 16 + 256 features are built for it.
 inline constexpr int FEATURE_DIM = 16;
-// The value dimensions the forward is built for (based_fwd.cu instantiates each).
-inline constexpr int VALUE_DIMS[] = {64};
+// The value dimensions the forward is built for (based_fwd.cu instantiates each; every dispatch goes through
+// with_value_dim). The fp32 state lives in one warpgroup's registers, which holds it up to 64 (based_fwd_kernel.cuh).
+inline constexpr int VALUE_DIMS[] = {16, 32, 48, 64};
 constexpr bool supported_value_dim(int d) {
     for (int x : VALUE_DIMS)
         if (x == d) return true;
     return false;
+}
+
+// f(std::integral_constant<int, DV>{}) for the listed DV equal to d; cudaErrorInvalidValue for any other d.
+template <std::size_t I = 0, typename F> cudaError_t with_value_dim(int d, F &&f) {
+    if constexpr (I == std::size(VALUE_DIMS)) {
+        return cudaErrorInvalidValue;
+    } else {
+        if (d == VALUE_DIMS[I]) return f(std::integral_constant<int, VALUE_DIMS[I]>{});
+        return with_value_dim<I + 1>(d, std::forward<F>(f));
+    }
 }
 
 enum class dtype { bf16, fp16 };

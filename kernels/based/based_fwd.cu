@@ -3,14 +3,14 @@
 
 namespace tk_based {
 
+template cudaError_t forward_for<16>(const fwd_problem &p, cudaStream_t stream);
+template cudaError_t forward_for<32>(const fwd_problem &p, cudaStream_t stream);
+template cudaError_t forward_for<48>(const fwd_problem &p, cudaStream_t stream);
 template cudaError_t forward_for<64>(const fwd_problem &p, cudaStream_t stream);
 
 cudaError_t forward(const fwd_problem &p, cudaStream_t stream) {
     if (p.len <= 0 || p.batch <= 0 || p.heads <= 0) return cudaSuccess;
-    switch (p.value_dim) {
-    case 64: return forward_for<64>(p, stream);
-    default: return cudaErrorInvalidValue;
-    }
+    return with_value_dim(p.value_dim, [&](auto d) { return forward_for<decltype(d)::value>(p, stream); });
 }
 
 } // namespace tk_based

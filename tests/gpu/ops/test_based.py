@@ -1,5 +1,5 @@
 """torch.ops.tk_ops.based_fwd (Based linear attention, causal forward) against the float64 reference on the GPU:
-normalized and not, ragged lengths, bf16 and fp16, strided views, and the op's argument errors. Skipped unless
+normalized and not, ragged lengths, the value dimensions built, bf16 and fp16, strided views, and the op's argument errors. Skipped unless
 the 'based' family is in the build."""
 import pytest
 import torch
@@ -7,7 +7,7 @@ import torch
 from tk_ops import _ext
 from tk_ops.reference.based import based as based_ref
 
-from ..util import rel_err
+from ..util import poison, rel_err
 
 TOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2}
 DK = 16
@@ -24,8 +24,9 @@ pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels 
 
 
 def fresh_pool_with_nan(numel: int):
-    """Leave a NaN-filled block in the caching allocator, so an output row the kernel fails to write shows."""
-    torch.empty(numel, device="cuda", dtype=torch.float32).fill_(float("nan"))
+    """Leave a poisoned (NaN) block in the caching allocator, where the op's output will be allocated, so an
+    output row the kernel fails to write shows."""
+    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
     torch.cuda.synchronize()
 
 
@@ -54,6 +55,12 @@ def check(q, k, v, normalize, scale=None, eps=1e-6, what=""):
 def test_forward(normalize, n, dtype):
     b, h = (2, 3) if n < 4096 else (1, 2)
     check(*qkv(b, h, n, 64, dtype), normalize, what=f"normalize={normalize} n={n} {dtype}")
+
+
+@pytest.mark.parametrize("dv", [16, 32, 48, 64])
+@pytest.mark.parametrize("n", [17, 1000])
+def test_value_dims(n, dv):
+    check(*qkv(2, 2, n, dv, torch.bfloat16), True, what=f"dv={dv} n={n}")
 
 
 @pytest.mark.parametrize("scale", [0.5, -0.3, 0.0])
@@ -89,7 +96,10 @@ def test_errors():
         torch.ops.tk_ops.based_fwd(q[..., :8], k[..., :8], v, None, True, 1e-6)
     with pytest.raises(ValueError, match="multiple of 16"):
         torch.ops.tk_ops.based_fwd(q, k, v[..., :40], None, True, 1e-6)
-    with pytest.raises(ValueError, match="value dimension"):
+    with pytest.raises(ValueError, match="not built yet"):
+        torch.ops.tk_ops.based_fwd(q, k, torch.randn(1, 2, 32, 128, device="cuda", dtype=torch.bfloat16), None,
+                                   True, 1e-6)
+    with pytest.raises(ValueError, match="up to 128"):
         torch.ops.tk_ops.based_fwd(q, k, torch.randn(1, 2, 32, 256, device="cuda", dtype=torch.bfloat16), None,
                                    True, 1e-6)
     with pytest.raises(TypeError, match="bfloat16 or float16"):
