@@ -42,6 +42,8 @@ template <typename T, int DV> struct based_fwd {
     static constexpr int CHUNK = 64; // tokens per chunk: one wgmma row slab
     static constexpr int NUM_CONSUMERS = 1;
     static constexpr int INPUT_STAGES = 4;
+    // One consumer and a producer: 256 threads, whose launch pool is the whole register file. The consumer takes
+    // the most a thread may hold, for the fp32 state next to O and S (at 240, ptxas spilled at DV = 64).
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 256;
 
     // Feature slices of 16 (docs/based.md's phi, reordered): DK quadratic slices, one linear, one constant.
