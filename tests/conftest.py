@@ -16,6 +16,18 @@ if importlib.util.find_spec("tk_ops") is None:
     sys.path.append(str(ROOT / "python"))
 
 
+# Test folders in the order they run. The library tests wait for their kernels' shared library, which builds in the
+# background from the end of collection; the op tests need only the extension, so they run first and overlap it.
+RUN_ORDER = ("tests/cpu/", "tests/gpu/ops/", "tests/gpu/lib/")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        return next((i for i, prefix in enumerate(RUN_ORDER) if path.startswith(prefix)), len(RUN_ORDER))
+    items.sort(key=rank)  # stable: the order inside each folder is kept
+
+
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
