@@ -2,6 +2,8 @@
 // the kernels' translation units (one per head dimension and direction) implement it.
 #pragma once
 
+#include "common/tensor4.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -33,19 +35,8 @@ template <std::size_t I = 0, typename F> cudaError_t with_head_dim(int d, F &&f)
 
 enum class dtype { bf16, fp16 };
 
-// A (batch, heads, seq, head_dim) tensor in device memory: head_dim is dense, the other three axes may be
-// strided (strides in elements, each a multiple of 8 so that TMA sees 16-byte steps).
-struct tensor4 {
-    const void *ptr;
-    int64_t stride_b, stride_h, stride_n;
-};
-
-// An output laid out like tensor4 (the binding allocates it in the memory order of the matching input, so
-// that a (B, N, H, D) view in gives a (B, N, H, D) tensor out and the reshapes around attention stay views).
-struct out4 {
-    void *ptr;
-    int64_t stride_b, stride_h, stride_n;
-};
+using tk_kernels::out4;
+using tk_kernels::tensor4;
 
 struct fwd_problem {
     tensor4 q, k, v;

@@ -12,7 +12,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "common/bhnd_tensors.h"
 #include "common/checks.h"
 
 namespace {
@@ -93,53 +93,12 @@ void backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &
                 lse.sym_sizes());
 }
 
-// Outputs take the memory order of their input: a (B, N, H, D) tensor viewed as (B, H, N, D) (what a fused QKV
-// projection gives) produces outputs laid out the same way, so that the transposes and reshapes around attention stay
-// views, as with scaled_dot_product_attention: (B, N, H, D) order when H > 1, N > 1 and the head stride is below the
-// sequence stride.
-template <typename I> std::array<I, 4> strides_like(const I &B, const I &H, const I &N, const I &D, bool heads_inner) {
-    (void)B;
-    if (heads_inner) return {N * H * D, D, H * D, I(1)};
-    return {H * N * D, N * D, D, I(1)};
-}
-
-at::Tensor empty_like_order(const at::Tensor &like, at::ScalarType type) {
-    const bool heads_inner = like.sym_size(1) > 1 && like.sym_size(2) > 1 && like.sym_stride(1) < like.sym_stride(2);
-    if (like.is_cuda()) { // from the caching allocator directly: no dispatch on the eager path
-        const int64_t B = like.size(0), H = like.size(1), N = like.size(2), D = like.size(3);
-        return at::detail::empty_strided_cuda({B, H, N, D}, strides_like(B, H, N, D, heads_inner), type, like.device());
-    }
-    const c10::SymInt &B = like.sym_size(0), &H = like.sym_size(1), &N = like.sym_size(2), &D = like.sym_size(3);
-    return at::empty_strided_symint({B, H, N, D}, strides_like(B, H, N, D, heads_inner), like.options().dtype(type));
-}
-
 at::Tensor empty_lse(const at::Tensor &q) {
     if (q.is_cuda()) return at::detail::empty_cuda({q.size(0), q.size(1), q.size(2)}, at::kFloat, q.device(), std::nullopt);
     return at::empty_symint({q.sym_size(0), q.sym_size(1), q.sym_size(2)}, q.options().dtype(at::kFloat));
 }
 
 // ---------------------------------------------------------------- CUDA
-
-// TMA reads a (B, H, N, D) view in place when D is dense, the other strides are multiples of 16 bytes and the base is
-// 16-byte aligned; anything else is copied to a contiguous tensor first (clone, not contiguous(): a contiguous tensor
-// at a misaligned offset must move too).
-bool tma_readable(const at::Tensor &t) {
-    if (t.stride(3) != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-    for (int d = 0; d < 3; d++)
-        if (t.size(d) > 1 && (t.stride(d) % 8 != 0 || t.stride(d) <= 0)) return false;
-    return true;
-}
-
-at::Tensor tma_readable_copy(const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); }
-
-// A size-1 axis may carry any stride; give it a harmless one that TMA accepts.
-int64_t tma_stride(const at::Tensor &t, int d) { return t.size(d) > 1 ? t.stride(d) : int64_t(8); }
-
-tk_attention::tensor4 view_of(const at::Tensor &t) {
-    return {t.data_ptr(), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)};
-}
-
-tk_attention::out4 out_of(at::Tensor &t) { return {t.data_ptr(), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)}; }
 
 tk_attention::dtype kernel_type(const at::Tensor &t) {
     return t.scalar_type() == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;

@@ -2,6 +2,8 @@
 // includes this, the kernel's translation unit (based_fwd.cu) implements it.
 #pragma once
 
+#include "common/tensor4.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -35,18 +37,8 @@ template <std::size_t I = 0, typename F> cudaError_t with_value_dim(int d, F &&f
 
 enum class dtype { bf16, fp16 };
 
-// A (batch, heads, seq, dim) tensor in device memory: dim is dense, the other three axes may be strided (strides
-// in elements, each a multiple of 8 so that TMA sees 16-byte steps).
-struct tensor4 {
-    const void *ptr;
-    int64_t stride_b, stride_h, stride_n;
-};
-
-// The output, laid out like tensor4.
-struct out4 {
-    void *ptr;
-    int64_t stride_b, stride_h, stride_n;
-};
+using tk_kernels::out4;
+using tk_kernels::tensor4;
 
 struct fwd_problem {
     tensor4 q, k; // (batch, heads, len, FEATURE_DIM)

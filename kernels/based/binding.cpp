@@ -10,13 +10,13 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <array>
 #include <cmath>
 #include <iterator>
 #include <optional>
 #include <string>
 
 #include "based.h"
+#include "common/bhnd_tensors.h"
 #include "common/checks.h"
 
 namespace {
@@ -71,41 +71,7 @@ double based_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v
     return *scale;
 }
 
-// The output takes v's memory order: a (B, N, H, Dv) tensor viewed as (B, H, N, Dv) gives an output laid out the
-// same way (when H > 1, N > 1 and the head stride is below the sequence stride).
-template <typename I> std::array<I, 4> strides_like(const I &H, const I &N, const I &D, bool heads_inner) {
-    if (heads_inner) return {N * H * D, D, H * D, I(1)};
-    return {H * N * D, N * D, D, I(1)};
-}
-
-at::Tensor empty_like_order(const at::Tensor &like) {
-    const bool heads_inner = like.sym_size(1) > 1 && like.sym_size(2) > 1 && like.sym_stride(1) < like.sym_stride(2);
-    if (like.is_cuda()) { // from the caching allocator directly: no dispatch on the eager path
-        const int64_t B = like.size(0), H = like.size(1), N = like.size(2), D = like.size(3);
-        return at::detail::empty_strided_cuda({B, H, N, D}, strides_like(H, N, D, heads_inner), like.scalar_type(),
-                                              like.device());
-    }
-    const c10::SymInt &B = like.sym_size(0), &H = like.sym_size(1), &N = like.sym_size(2), &D = like.sym_size(3);
-    return at::empty_strided_symint({B, H, N, D}, strides_like(H, N, D, heads_inner), like.options());
-}
-
 // ---------------------------------------------------------------- CUDA
-
-// TMA reads a (B, H, N, D) view in place when D is dense, the other strides are multiples of 16 bytes and the base is
-// 16-byte aligned; anything else is copied to a contiguous tensor first.
-bool tma_readable(const at::Tensor &t) {
-    if (t.stride(3) != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-    for (int d = 0; d < 3; d++)
-        if (t.size(d) > 1 && (t.stride(d) % 8 != 0 || t.stride(d) <= 0)) return false;
-    return true;
-}
-
-at::Tensor tma_readable_copy(const at::Tensor &t) { return tma_readable(t) ? t : t.clone(at::MemoryFormat::Contiguous); }
-
-// A size-1 axis may carry any stride; give it a harmless one that TMA accepts.
-int64_t tma_stride(const at::Tensor &t, int d) { return t.size(d) > 1 ? t.stride(d) : int64_t(8); }
-
-tk_based::tensor4 view_of(const at::Tensor &t) { return {t.data_ptr(), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)}; }
 
 at::Tensor based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in,
                           std::optional<double> scale_in, bool normalize, double eps) {
@@ -113,7 +79,7 @@ at::Tensor based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
     check_devices(BASED, {{"q", q_in}, {"k", k_in}, {"v", v_in}});
 
     const c10::cuda::CUDAGuard guard(q_in.device());
-    at::Tensor o = empty_like_order(v_in);
+    at::Tensor o = empty_like_order(v_in, v_in.scalar_type()); // v's memory order
     if (o.numel() == 0) return o;
     const at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
 
@@ -121,7 +87,7 @@ at::Tensor based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
-    p.o = {o.data_ptr(), tma_stride(o, 0), tma_stride(o, 1), tma_stride(o, 2)};
+    p.o = out_of(o);
     p.batch = int(q.size(0));
     p.heads = int(q.size(1));
     p.len = int(q.size(2));
@@ -140,7 +106,7 @@ at::Tensor based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
 at::Tensor based_fwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale,
                           bool normalize, double eps) {
     based_rules(q, k, v, scale, eps);
-    return empty_like_order(v);
+    return empty_like_order(v, v.scalar_type());
 }
 
 // ---------------------------------------------------------------- CPU: the op's rules, then the device rule
