@@ -1,14 +1,12 @@
-// Host entry point of the Based linear-attention forward. Plain CUDA types only: the torch binding (binding.cpp)
-// includes this, the kernel's translation unit (based_fwd.cu) implements it.
+// Host entry points of the Based linear-attention kernels. Plain CUDA types only: the torch binding (binding.cpp)
+// and autograd (autograd.cpp) include this, the kernels' translation units implement it.
+//
+// The recurrent state, as every interface of the family exchanges it (docs/based.md): kv (B, H, Dv, STATE_FEATURES)
+// and k_sum (B, H, STATE_FEATURES), fp32, contiguous, features in the order [1, k_0..k_15, k_a k_b / sqrt(2) for
+// a, b in 0..15 row-major]. It holds phi of the unscaled keys, so it does not depend on `scale`.
 #pragma once
 
 #include "common/tensor4.h"
-
-#include <cstddef>
-#include <cstdint>
-#include <iterator>
-#include <type_traits>
-#include <utility>
 
 #include <cuda_runtime.h>
 
@@ -16,24 +14,10 @@ namespace tk_based {
 
 // The feature dimension of q and k: the Taylor feature map's 1 + 16 + 256 features are built for it.
 inline constexpr int FEATURE_DIM = 16;
-// The value dimensions the forward is built for (based_fwd.cu instantiates each; every dispatch goes through
-// with_value_dim). The fp32 state lives in one warpgroup's registers, which holds it up to 64 (based_fwd_kernel.cuh).
-inline constexpr int VALUE_DIMS[] = {16, 32, 48, 64};
-constexpr bool supported_value_dim(int d) {
-    for (int x : VALUE_DIMS)
-        if (x == d) return true;
-    return false;
-}
-
-// f(std::integral_constant<int, DV>{}) for the listed DV equal to d; cudaErrorInvalidValue for any other d.
-template <std::size_t I = 0, typename F> cudaError_t with_value_dim(int d, F &&f) {
-    if constexpr (I == std::size(VALUE_DIMS)) {
-        return cudaErrorInvalidValue;
-    } else {
-        if (d == VALUE_DIMS[I]) return f(std::integral_constant<int, VALUE_DIMS[I]>{});
-        return with_value_dim<I + 1>(d, std::forward<F>(f));
-    }
-}
+inline constexpr int STATE_FEATURES = 1 + FEATURE_DIM + FEATURE_DIM * FEATURE_DIM; // 273
+// The value dimension: any multiple of 16 from 16 to MAX_VALUE_DIM.
+inline constexpr int MAX_VALUE_DIM = 128;
+constexpr bool supported_value_dim(int d) { return d >= 16 && d <= MAX_VALUE_DIM && d % 16 == 0; }
 
 enum class dtype { bf16, fp16 };
 
@@ -49,11 +33,30 @@ struct fwd_problem {
     bool normalize; // o = num / (den + eps), else num
     float eps;
     dtype type;
+    const float *kv0 = nullptr, *k_sum0 = nullptr; // the initial state, or null for zeros (both or neither)
+    float *kv_final = nullptr, *k_sum_final = nullptr; // the state after the last token, or null (both or neither)
+    float *den = nullptr; // (batch, heads, len) contiguous: den_i without eps (what the backward divides by), or null
 };
 
-// Launches the causal forward for a supported value_dim and len >= 1 (the caller checked everything else).
+// The causal forward, for a supported value_dim (the caller checked everything else). len == 0 writes the final state
+// (a copy of the initial one, or zeros) and nothing else.
 cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
-// The forward for one value dimension DV (based_launch.cuh, instantiated in based_fwd.cu).
-template <int DV> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream);
+
+struct bwd_problem {
+    tensor4 q, k, v, o, d_o; // the forward's inputs and output, and the output's gradient
+    out4 dq, dk, dv;         // in the inputs' dtype
+    const float *den = nullptr; // the forward's den (normalize only)
+    const float *kv0 = nullptr, *k_sum0 = nullptr;               // the forward's initial state, or null
+    const float *d_kv_final = nullptr, *d_k_sum_final = nullptr; // gradient of the final state, or null
+    float *d_kv0 = nullptr, *d_k_sum0 = nullptr;                 // gradient of the initial state, or null
+    int batch, heads, len, value_dim;
+    float scale;
+    bool normalize;
+    float eps;
+    dtype type;
+};
+
+// Gradients of the forward above for q, k, v and the initial state.
+cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
 
 } // namespace tk_based

@@ -1,234 +1,420 @@
 // Based linear-attention forward on the LCSF template: o_i = num_i / (den_i + eps) (or num_i), with
-// num_i = sum_{j <= i} w_ij v_j, den_i = sum_{j <= i} w_ij, w_ij = phi(scale q_i) . phi(k_j) = 1 + s + s^2 / 2,
-// s = scale q_i . k_j (docs/based.md has the semantics and the plan this kernel follows).
+// num_i = kv0 phi(scale q_i) + sum_{j <= i} w_ij v_j, den_i = k_sum0 . phi(scale q_i) + sum_{j <= i} w_ij,
+// w_ij = phi(scale q_i) . phi(k_j) = 1 + s + s^2 / 2, s = scale q_i . k_j (docs/based.md: the semantics, the
+// decomposition and the measurements behind the choices below).
 //
-// A task is one (batch, head): the state is sequential along the sequence, so one consumer warpgroup walks the
-// whole sequence chunk by chunk while the producer streams each chunk's Q, K (CHUNK x 16) and V (CHUNK x DV) tiles
-// through the ring by TMA. Per chunk, warp w of the consumer owns query rows 16w .. 16w + 15:
-//  1. intra-chunk, on tensor cores: S = Q K^T (wgmma, one k-step of 16), W = 1 + s + s^2 / 2 with s = scale S,
-//     masked to keys j <= i that lie inside the sequence; den += row sums of W; O = W V (wgmma, A = W in 16 bits
-//     from registers, as the attention forward's P V);
-//  2. inter-chunk, from the state of the earlier chunks, as SLICES wgmmas of one k-step each: O += A_a image_a,
-//     where A_a (16 features of every query row) is built in registers from the Q tile and image_a is a 16 x DV
-//     slice of the state's 16-bit copy in shared memory. Slice a < 16 holds sum_j k_ja k_j v_j^T (the quadratic
-//     features k_a k_b, without the 1/sqrt(2): the 1/2 is put into A_a = q_a q / 2 instead), slice 16 the linear
-//     features (sum_j k_j v_j^T), slice 17 the constant feature in its first row (sum_j v_j). den gets the same
-//     A_a times k_sum, the fp32 sum of the keys' features, on CUDA cores;
-//  3. O (divided by den + eps when normalizing) goes out through one TMA store, which clips rows past the end;
-//  4. state update on tensor cores: state^T += Phi(K)^T V, the fp32 accumulator (SLICES * 16 feature rows,
-//     padded to STATE_BLOCKS blocks of 64) in the consumer's registers, Phi(K)^T built in registers from the K
-//     tile; then the 16-bit image and k_sum (on CUDA cores) for the next chunk.
+// A task is one (batch, head, block of up to 64 value columns): the state is sequential along the sequence, so the
+// block walks the whole sequence in chunks of 128 tokens while the producer streams each chunk's Q, K and V through
+// the ring by TMA, as two 64-row halves. Two consumer warpgroups share the chunk: consumer c owns query rows
+// 64c .. 64c + 63 of it, and state rows (kernel features, based_features.cuh) 0..127 (c = 0) or 128..159 (c = 1).
+// Per chunk, each consumer:
+//  1. issues S = Q_c K_h^T for the key halves h <= c, and while the tensor cores run, builds its feature tiles in
+//     shared memory with packed multiplies: Phi(Q_c) (its 64 queries x 160 features) and Phi(K)^T (its state rows x
+//     the chunk's 128 keys);
+//  2. intra-chunk: W = 1 + s + s^2 / 2 with s = scale S (causal mask on the diagonal half), den += row sums of W,
+//     O += W V_h (A = W from registers);
+//  3. waits at the chunk barrier (both consumers have written the state image of the chunk before), then adds the
+//     inter-chunk terms: O += Phi(Q_c) image, den += Phi(Q_c) sum_image (K = 160). The images hold the state times
+//     each feature's weight, so the query features need none;
+//  4. stores O (divided by den + eps when normalizing) through one TMA store of its 64 rows;
+//  5. updates its state rows: kv^T += Phi(K)^T V (fp32 accumulators in registers) and the feature sums against a
+//     tile of ones, then writes its rows of the 16-bit images, double-buffered by chunk parity so that the one
+//     barrier per chunk orders writers and readers.
 // Ragged length: TMA zero-fills Q, K, V rows past the end, so the quadratic and linear features and v of a padded
-// key are zero; its constant feature and its W entries are masked explicitly, so nothing padded reaches the state,
-// k_sum or den.
-//
-// Simplifications of this first version (correct for any length; speed comes later): one consumer warpgroup, so
-// a block runs one sequence at a time and nothing overlaps its CUDA-core work; every wgmma is waited at once; the
-// quadratic features use all 16 x 16 products (not the 136 distinct ones); A operands are built from single
-// elements of the swizzled shared tiles; the constant and linear features ride the tensor cores as extra 16-row
-// slices (the last state block is mostly padding). DV is one of based.h's VALUE_DIMS (the fp32 state takes
-// 5 x DV / 2 registers per thread, so 64 is the largest that fits one warpgroup).
+// token are zero; its constant feature is masked explicitly. Rows past the end are computed and never stored.
 #pragma once
 
 #include "based.h"
+#include "based_features.cuh"
 #include "kittens.cuh"
 
 namespace tk_based {
 using namespace kittens;
 
-template <typename T, int DV> struct based_fwd {
-    static_assert(supported_value_dim(DV), "Based forward: DV must be one of based.h's VALUE_DIMS");
+template <typename T, int DVT> struct based_fwd {
+    static_assert(DVT % 16 == 0 && DVT >= 16 && DVT <= 64, "Based forward: a task's value block is 16..64 columns");
     static constexpr int DK = FEATURE_DIM;
-    static constexpr int CHUNK = 64; // tokens per chunk: one wgmma row slab
-    static constexpr int NUM_CONSUMERS = 1;
-    static constexpr int INPUT_STAGES = 4;
-    // One consumer and a producer: 256 threads, whose launch pool is the whole register file. The consumer takes
-    // the most a thread may hold, for the fp32 state next to O and S (at 240, ptxas spilled at DV = 64).
-    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 256;
+    static constexpr int DV_BLOCK = DVT;   // value columns per task
+    static constexpr int HALF = 64;        // query rows per consumer: one wgmma row slab
+    static constexpr int CHUNK = 2 * HALF; // tokens per chunk
+    static constexpr int NUM_CONSUMERS = 2;
+    static constexpr int INPUT_STAGES = 2;
+    // Two consumers and a producer: 384 threads, so ptxas fits each thread in 168 registers.
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
-    // Feature slices of 16 (docs/based.md's phi, reordered): DK quadratic slices, one linear, one constant.
-    static constexpr int QUAD_SLICES = DK, LINEAR_SLICE = DK, CONSTANT_SLICE = DK + 1, SLICES = DK + 2;
-    static constexpr int FEATURES = SLICES * TILE_DIM; // padded feature rows of the state
-    // The fp32 state as wgmma accumulators: block m holds slices 4m .. 4m + 3, one per warp.
-    static constexpr int STATE_BLOCKS = (SLICES + WARPGROUP_WARPS - 1) / WARPGROUP_WARPS;
+    static constexpr int FEATURES = KERNEL_FEATURES;
+    // State rows per consumer, in blocks of 64 (one wgmma row slab): consumer 0 rows 0..127 (two blocks), consumer 1
+    // rows 128..191 (one block, of which rows 160.. are padding). Consumer 1 has the larger intra-chunk share (two key
+    // halves), which this balances.
+    static constexpr int STATE_BLOCKS = 2;
+    static constexpr int STATE_ROWS = 3 * HALF;
 
-    using qk_tile = st<T, CHUNK, DK>;
-    using v_tile = st<T, CHUNK, DV>;
-    using slice_tile = st<T, TILE_DIM, DV>;
+    using qk_tile = st<T, HALF, DK>;
+    using v_tile = st<T, HALF, DVT>;
+    using q_features_tile = st<T, HALF, FEATURES>; // Phi(Q): queries x features (K-major A)
+    using k_features_tile = st<T, HALF, CHUNK>;    // Phi(K)^T: 64 state rows x the chunk's keys (K-major A)
+    using image_tile = st<T, FEATURES, DVT>;
+    using sum_image_tile = st<T, FEATURES, TILE_DIM>;
+    using ones_tile = st<T, HALF, TILE_DIM>;
     using qk_gl = gl<T, -1, -1, -1, DK, qk_tile>;
-    using v_gl = gl<T, -1, -1, -1, DV, v_tile>;
+    using v_gl = gl<T, -1, -1, -1, -1, v_tile>;
 
     struct globals {
         qk_gl q, k;
         v_gl v, o;
-        int heads, len, chunks, num_tasks;
+        int heads, len, chunks, value_dim, value_blocks, num_tasks;
         float scale, eps;
         int normalize;
+        const float *kv0, *k_sum0;     // initial state or null
+        float *kv_final, *k_sum_final; // final state or null
+        float *den;                    // (B, H, N) or null
     };
     struct input_block {
-        qk_tile q, k;
-        v_tile v;
+        qk_tile q[2], k[2]; // the chunk's two halves
+        v_tile v[2];
     };
     struct output_block {
-        slice_tile image[SLICES]; // the state in 16 bits: the inter-chunk product's B operand
-        v_tile staging;           // O on its way to the TMA store
-        float k_sum[FEATURES];    // fp32 sum of the features of every key so far, in the slices' order
+        k_features_tile k_features[3];       // state rows 0..63, 64..127, 128..191
+        q_features_tile q_features[NUM_CONSUMERS];
+        image_tile image[2];                 // the weighted state in 16 bits, by chunk parity
+        sum_image_tile sum_image[2];         // the weighted feature sums, every column equal, likewise
+        ones_tile ones[NUM_CONSUMERS];       // B operand of the feature sums
+        v_tile staging[NUM_CONSUMERS];       // O on its way to the TMA store
+        float k_sum[STATE_ROWS];             // fp32 running feature sums
     };
     struct consumer_state {
-        rt_fl<TILE_DIM, DV> kv[STATE_BLOCKS]; // warp w of block m: feature slice 4m + w (rows) x DV
+        rt_fl<TILE_DIM, DVT> kv[STATE_BLOCKS]; // warp w of block m: state rows row0(c, m) + 16w .. +15, x DVT
     };
     struct task {
-        int b, h, iters;
+        int b, h, vb, iters;
     };
+
+    // Named barrier of the two consumers (ids 1 .. 3 are the warpgroups' own, warpgroup::sync()).
+    static constexpr int CONSUMERS_BARRIER = 4;
+    __device__ static inline void consumers_sync() {
+        asm volatile("bar.sync %0, %1;\n" ::"n"(CONSUMERS_BARRIER), "n"(NUM_CONSUMERS * WARPGROUP_THREADS) : "memory");
+    }
+
+    __device__ static inline int blocks_of(int consumer) { return consumer == 0 ? 2 : 1; }
+    __device__ static inline int block_row0(int consumer, int m) { return consumer == 0 ? HALF * m : 2 * HALF; }
+    __device__ static inline k_features_tile &k_features(typename based_fwd::output_block &out, int consumer, int m) {
+        return out.k_features[consumer == 0 ? m : 2];
+    }
 
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
-        t.b = id / g.heads;
-        t.h = id - t.b * g.heads;
+        t.vb = id % g.value_blocks;
+        const int bh = id / g.value_blocks;
+        t.b = bh / g.heads;
+        t.h = bh - t.b * g.heads;
         t.iters = g.chunks;
         return true;
     }
 
     __device__ static inline void load(lcsf::producer_args<based_fwd> &p) {
-        tma::expect<qk_tile, qk_tile, v_tile>(p.arrived);
-        tma::load_async(p.input.q, p.g.q, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
-        tma::load_async(p.input.k, p.g.k, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
-        tma::load_async(p.input.v, p.g.v, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
+        tma::expect<qk_tile, qk_tile, qk_tile, qk_tile, v_tile, v_tile>(p.arrived);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int rows = 2 * p.iter + h; // in units of HALF
+            tma::load_async(p.input.q[h], p.g.q, {p.task.b, p.task.h, rows, 0}, p.arrived);
+            tma::load_async(p.input.k[h], p.g.k, {p.task.b, p.task.h, rows, 0}, p.arrived);
+            tma::load_async(p.input.v[h], p.g.v, {p.task.b, p.task.h, rows, p.task.vb}, p.arrived);
+        }
     }
 
-    __device__ static inline float element(const qk_tile &t, int row, int col) {
-        return base_types::convertor<float, T>::convert(t(row, col));
+    // ---------------------------------------------------------------- feature tiles
+
+    using T2 = typename base_types::packed_t<T>;
+    __device__ static inline T2 to_pair(float x, float y) {
+        return base_types::convertor<T2, float2>::convert(make_float2(x, y));
+    }
+    // The 16 elements of row r of a Q or K tile, as 8 packed pairs (two 16-byte loads).
+    __device__ static inline void load_row(uint32_t (&w)[8], const qk_tile &t, int r) {
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(t.idx(r, 0)));
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(t.idx(r, 8)));
     }
 
-    // Feature (slice, column) of row `row` of a Q or K tile, x = f * that row: the quadratic slices give
-    // x_slice x_col (times f twice), the linear slice x_col, the constant slice `one` in column 0, padding 0.
-    __device__ static inline float feature(const qk_tile &t, int row, int slice, int col, float f, float one) {
-        if (slice < QUAD_SLICES) return f * f * element(t, row, slice) * element(t, row, col);
-        if (slice == LINEAR_SLICE) return f * element(t, row, col);
-        if (slice == CONSTANT_SLICE) return col == 0 ? one : 0.f;
-        return 0.f;
+    // Phi(Q) row r (query r of this consumer's half), features F0 .. F0 + N - 1, in fp32 then rounded once.
+    template <int F0, int N> __device__ static inline void build_query_features(q_features_tile &dst, const qk_tile &q, int r) {
+        uint32_t w[8];
+        load_row(w, q, r);
+        float x[DK];
+#pragma unroll
+        for (int i = 0; i < DK / 2; i++) {
+            const float2 p = base_types::convertor<float2, T2>::convert(detail::memory::bitcast<T2>(w[i]));
+            x[2 * i] = p.x;
+            x[2 * i + 1] = p.y;
+        }
+        // Eight features per 16-byte store.
+        for_features<0, N / 8>([&]<int G>() {
+            uint32_t out[4];
+            float v[8];
+            for_features<F0 + 8 * G, 8>([&]<int F>() {
+                constexpr feature_def d = kernel_feature<F>;
+                float &dst = v[F - F0 - 8 * G];
+                if constexpr (d.kind == feature_kind::quadratic) dst = x[d.a] * x[d.b];
+                else if constexpr (d.kind == feature_kind::linear) dst = x[d.b];
+                else dst = d.kind == feature_kind::constant ? 1.f : 0.f;
+            });
+#pragma unroll
+            for (int i = 0; i < 4; i++) out[i] = detail::memory::bitcast<uint32_t>(to_pair(v[2 * i], v[2 * i + 1]));
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst.idx(r, F0 + 8 * G)), "r"(out[0]),
+                         "r"(out[1]), "r"(out[2]), "r"(out[3])
+                         : "memory");
+        });
+    }
+
+    // Phi(K)^T columns 2p, 2p + 1 (keys 2p, 2p + 1 of the chunk), state rows F0 .. F0 + N - 1, stored in the tiles of
+    // rows 64 * (F0 / 64) ..; products of packed pairs (one multiply per two keys, each rounded once).
+    template <int F0, int N>
+    __device__ static inline void build_key_features(typename based_fwd::output_block &out, const input_block &in, int p,
+                                                     bool first_valid, bool second_valid) {
+        const qk_tile &k = in.k[p / (HALF / 2)];
+        const int r = 2 * p % HALF;
+        uint32_t w0[8], w1[8];
+        load_row(w0, k, r);
+        load_row(w1, k, r + 1);
+        T2 pair[DK]; // (k_2p[a], k_2p+1[a])
+#pragma unroll
+        for (int i = 0; i < DK / 2; i++) {
+            pair[2 * i] = detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x5410));
+            pair[2 * i + 1] = detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x7632));
+        }
+        const T2 ones = to_pair(first_valid ? 1.f : 0.f, second_valid ? 1.f : 0.f);
+        for_features<F0, N>([&]<int F>() {
+            constexpr feature_def d = kernel_feature<F>;
+            T2 v;
+            if constexpr (d.kind == feature_kind::quadratic) v = pair[d.a] * pair[d.b];
+            else if constexpr (d.kind == feature_kind::linear) v = pair[d.b];
+            else if constexpr (d.kind == feature_kind::constant) v = ones;
+            else v = base_types::constants<T2>::zero();
+            const uint32_t word = detail::memory::bitcast<uint32_t>(v);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(out.k_features[F / HALF].idx(F % HALF, 2 * p)), "r"(word) : "memory");
+        });
+    }
+
+    // This consumer's feature tiles for the chunk: Phi(Q) two threads per query, Phi(K)^T two threads per key pair.
+    __device__ static inline void build_features(lcsf::consumer_args<based_fwd> &c) {
+        const int t = warpgroup::laneid(), me = c.consumer;
+        const int query = t / 2;
+        if (t % 2 == 0) build_query_features<0, FEATURES / 2>(c.output.q_features[me], c.input.q[me], query);
+        else build_query_features<FEATURES / 2, FEATURES / 2>(c.output.q_features[me], c.input.q[me], query);
+        const int p = t % (CHUNK / 2), part = t / (CHUNK / 2);
+        const int key = c.iter * CHUNK + 2 * p;
+        const bool v0 = key < c.g.len, v1 = key + 1 < c.g.len;
+        if (me == 0) {
+            if (part == 0) build_key_features<0, HALF>(c.output, c.input, p, v0, v1);
+            else build_key_features<HALF, HALF>(c.output, c.input, p, v0, v1);
+        } else {
+            constexpr int N = (FEATURES - 2 * HALF) / 2; // rows 128 .. 159; 160 .. 191 stay zero from setup
+            if (part == 0) build_key_features<2 * HALF, N>(c.output, c.input, p, v0, v1);
+            else build_key_features<2 * HALF + N, N>(c.output, c.input, p, v0, v1);
+        }
+        async_proxy_fence(); // read by wgmma (the async proxy) after the consumer's barrier
+    }
+
+    // ---------------------------------------------------------------- state images
+
+    // This warp's 16 rows of state block m into image buffer `parity`: the fp32 state times each row's weight in 16
+    // bits, and the weighted feature sums (from shared k_sum) in every column of the sum image.
+    __device__ static inline void write_image(lcsf::consumer_args<based_fwd> &c, int m, int parity) {
+        const int row0 = block_row0(c.consumer, m) + warpgroup::warp_row0();
+        if (row0 >= FEATURES) return;
+        float weight[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) weight[r] = feature_weight(feature_at(row0 + lane_row(0, r)), c.g.scale);
+        rt<T, TILE_DIM, DVT> image;
+        for_each_pair([&](pair_pos p, const float2 &s, T2 &d) { d = to_pair(weight[p.half] * s.x, weight[p.half] * s.y); },
+                      c.state.kv[m], image);
+        store(c.output.image[parity], image, row0, 0);
+        rt<T, TILE_DIM, TILE_DIM> sums;
+        for_each_pair([&](pair_pos p, T2 &d) {
+            const float x = weight[p.half] * c.output.k_sum[row0 + p.row];
+            d = to_pair(x, x);
+        }, sums);
+        store(c.output.sum_image[parity], sums, row0, 0);
     }
 
     __device__ static inline void setup(lcsf::consumer_args<based_fwd> &c) {
+        const globals &g = c.g;
+        const int me = c.consumer;
+        // The previous task's last chunk may still be reading the images this rewrites.
+        consumers_sync();
+        const size_t head = size_t(c.task.b) * g.heads + c.task.h;
+        const int col0 = c.task.vb * DVT;
 #pragma unroll
-        for (int m = 0; m < STATE_BLOCKS; m++) zero(c.state.kv[m]);
-        for (int f = warpgroup::laneid(); f < FEATURES; f += WARPGROUP_THREADS) c.output.k_sum[f] = 0.f;
-        warpgroup::sync();
+        for (int m = 0; m < STATE_BLOCKS; m++) {
+            const int row0 = block_row0(me, m) + warpgroup::warp_row0();
+            for_each_pair([&](pair_pos p, float2 &s) {
+                s = make_float2(0.f, 0.f);
+                if (!g.kv0) return;
+                const feature_def d = feature_at(row0 + p.row);
+                const float *src = g.kv0 + (head * g.value_dim + col0 + p.col) * STATE_FEATURES;
+                if (col0 + p.col < g.value_dim) s.x = from_state(d, src);
+                if (col0 + p.col + 1 < g.value_dim) s.y = from_state(d, src + STATE_FEATURES);
+            }, c.state.kv[m]);
+        }
+        // This consumer's feature sums, one thread per state row.
+        for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
+            const int row = block_row0(me, 0) + i;
+            c.output.k_sum[row] = g.k_sum0 ? from_state(feature_at(row), g.k_sum0 + head * STATE_FEATURES) : 0.f;
+        }
+        // The ones of the feature sums, and the padding rows of consumer 1's key features (never rebuilt).
+        rt<T, TILE_DIM, TILE_DIM> one, zero;
+        for_each_pair([&](pair_pos, T2 &a, T2 &b) {
+            a = to_pair(1.f, 1.f);
+            b = to_pair(0.f, 0.f);
+        }, one, zero);
+        const int warp_row0 = warpgroup::warp_row0();
+        store(c.output.ones[me], one, warp_row0, 0);
+        if (me == 1 && warp_row0 >= FEATURES - 2 * HALF) {
+#pragma unroll
+            for (int j = 0; j < CHUNK / TILE_DIM; j++) store(c.output.k_features[2], zero, warp_row0, j * TILE_DIM);
+        }
+        warpgroup::sync(); // k_sum rows written by other warps of this consumer
+        // The state before the first chunk is image buffer 1 (chunk -1's parity).
+        if (g.kv0) {
+#pragma unroll
+            for (int m = 0; m < STATE_BLOCKS; m++)
+                if (m < blocks_of(me)) write_image(c, m, 1);
+        }
+        async_proxy_fence(); // the images, ones and zeros are read by wgmma (the async proxy)
     }
 
     __device__ static inline void compute(lcsf::consumer_args<based_fwd> &c) {
+        const globals &g = c.g;
+        const int me = c.consumer;
         const int chunk0 = c.iter * CHUNK;
-        const int len = c.g.len;
-        const float scale = c.g.scale;
-        const int warp_row0 = warpgroup::warp_row0(); // this warp's first query row in the chunk
+        const float scale = g.scale;
+        const int warp_row0 = warpgroup::warp_row0(); // this warp's first query row among the consumer's 64
         float den[2] = {0.f, 0.f};                    // this lane's share of its two rows' den
 
-        // 1. Intra-chunk: S = Q K^T, W = 1 + s + s^2 / 2 masked, O = W V.
-        rt_fl<TILE_DIM, DV> o;
-        {
-            rt_fl<TILE_DIM, CHUNK> s;
-            warpgroup::mm_ABt(s, c.input.q, c.input.k);
+        // 1-2. The feature tiles; intra-chunk: S = Q K_h^T, W = 1 + s + s^2 / 2 (masked on the diagonal half),
+        // O += W V_h.
+        build_features(c);
+        rt_fl<TILE_DIM, DVT> o;
+#pragma unroll
+        for (int h = 0; h < NUM_CONSUMERS; h++) {
+            if (h > me) break;
+            rt_fl<TILE_DIM, HALF> s;
+            warpgroup::mm_ABt(s, c.input.q[me], c.input.k[h]);
             warpgroup::mma_async_wait(s);
-            for_each_pair(
-                [&](pair_pos p, float2 &v) {
-                    const int row = chunk0 + warp_row0 + p.row, key = chunk0 + p.col;
-                    const float sx = scale * v.x, sy = scale * v.y;
-                    v.x = key <= row && key < len ? fmaf(0.5f * sx, sx, 1.f + sx) : 0.f;
-                    v.y = key + 1 <= row && key + 1 < len ? fmaf(0.5f * sy, sy, 1.f + sy) : 0.f;
-                    den[p.half] += v.x + v.y;
-                },
-                s);
-            rt<T, TILE_DIM, CHUNK> w;
+            const bool diagonal = h == me;
+            for_each_pair([&](pair_pos p, float2 &v) {
+                const int row = warp_row0 + p.row; // both relative to the half
+                const float sx = scale * v.x, sy = scale * v.y;
+                v.x = !diagonal || p.col <= row ? fmaf(0.5f * sx, sx, 1.f + sx) : 0.f;
+                v.y = !diagonal || p.col + 1 <= row ? fmaf(0.5f * sy, sy, 1.f + sy) : 0.f;
+                den[p.half] += v.x + v.y;
+            }, s);
+            rt<T, TILE_DIM, HALF> w;
             copy(w, s);
-            warpgroup::mm_AB(o, w, c.input.v);
+            if (h == 0) warpgroup::mm_AB(o, w, c.input.v[h]);
+            else warpgroup::mma_AB(o, w, c.input.v[h]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) den[r] = row_lanes_sum(den[r]);
+
+        // 3. Inter-chunk: O += Phi(Q) image, den += Phi(Q) sum_image. The images of the previous chunk (parity
+        // iter - 1) are complete once both consumers pass the barrier, which also publishes this chunk's features.
+        consumers_sync();
+        if (c.iter > 0 || g.kv0) {
+            const int parity = (c.iter + 1) & 1;
+            rt_fl<TILE_DIM, TILE_DIM> den_inter;
+            warpgroup::mma_AB(o, c.output.q_features[me], c.output.image[parity]);
+            warpgroup::mm_AB(den_inter, c.output.q_features[me], c.output.sum_image[parity]);
+            warpgroup::mma_async_wait(o, den_inter);
+            // Every column of den_inter holds the row's value: take this lane's first one.
+            for_each_pair([&](pair_pos p, const float2 &d) {
+                if (p.j == 0 && p.k < 2) den[p.half] += d.x;
+            }, den_inter);
+        } else {
             warpgroup::mma_async_wait(o);
         }
 
-        // 2. Inter-chunk: O += A_a image_a for every feature slice a, den += A_a k_sum_a.
-        if (c.iter > 0) {
-#pragma unroll 1
-            for (int a = 0; a < SLICES; a++) {
-                rt_fl<TILE_DIM, TILE_DIM> af;
-                const float half_weight = a < QUAD_SLICES ? 0.5f : 1.f; // (q.k)^2 / 2
-                const float *k_sum = c.output.k_sum + a * TILE_DIM;
-                for_each_pair(
-                    [&](pair_pos p, float2 &v) {
-                        const int row = warp_row0 + p.row;
-                        v.x = half_weight * feature(c.input.q, row, a, p.col, scale, 1.f);
-                        v.y = half_weight * feature(c.input.q, row, a, p.col + 1, scale, 1.f);
-                        den[p.half] += v.x * k_sum[p.col] + v.y * k_sum[p.col + 1];
-                    },
-                    af);
-                rt<T, TILE_DIM, TILE_DIM> a16;
-                copy(a16, af);
-                warpgroup::mma_AB(o, a16, c.output.image[a]);
-                warpgroup::mma_async_wait(o);
+        // 4. The output (and den for the backward); rows past the end are clipped by the store and never written.
+        const int rows0 = chunk0 + me * HALF; // this consumer's first row in the sequence
+        if (g.den && c.task.vb == 0 && leads_row()) {
+            float *den_out = g.den + (size_t(c.task.b) * g.heads + c.task.h) * g.len;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = rows0 + warp_row0 + lane_row(0, r);
+                if (row < g.len) den_out[row] = den[r];
             }
         }
-
-        // 3. The output. When normalizing, each row's den is combined over the four lanes that hold it.
-        if (c.g.normalize) {
+        if (g.normalize) {
             float inv[2];
 #pragma unroll
-            for (int r = 0; r < 2; r++) inv[r] = 1.f / (row_lanes_sum(den[r]) + c.g.eps);
-            for_each_pair(
-                [&](pair_pos p, float2 &v) {
-                    v.x *= inv[p.half];
-                    v.y *= inv[p.half];
-                },
-                o);
+            for (int r = 0; r < 2; r++) inv[r] = 1.f / (den[r] + g.eps);
+            for_each_pair([&](pair_pos p, float2 &v) {
+                v.x *= inv[p.half];
+                v.y *= inv[p.half];
+            }, o);
         }
-        {
-            rt<T, TILE_DIM, DV> out;
+        if (rows0 < g.len) {
+            rt<T, TILE_DIM, DVT> out;
             copy(out, o);
-            // The previous chunk's store must have read the staging tile; this barrier also ends every warp's reads
-            // of the image and k_sum (step 2) before step 4 rewrites them.
+            // The previous chunk's store must have finished reading the staging tile.
             if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
             warpgroup::sync();
-            warpgroup::store(c.output.staging, out);
+            warpgroup::store(c.output.staging[me], out);
             async_proxy_fence();
             warpgroup::sync();
             if (warpgroup::laneid() == 0) {
-                tma::store_async(c.g.o, c.output.staging, {c.task.b, c.task.h, c.iter, 0});
+                tma::store_async(g.o, c.output.staging[me], {c.task.b, c.task.h, 2 * c.iter + me, c.task.vb});
                 tma::store_commit_group();
             }
         }
 
-        // 4. State update: state^T += Phi(K)^T V per block of 64 feature rows, then its 16-bit image.
-        const int warp = warpgroup::warpid();
+        // 5. State update: kv^T += Phi(K)^T V and the feature sums, per block of 64 state rows, then the images.
+        const int parity = c.iter & 1;
 #pragma unroll
         for (int m = 0; m < STATE_BLOCKS; m++) {
-            const int slice = m * WARPGROUP_WARPS + warp;
-            rt_fl<TILE_DIM, CHUNK> kf; // rows: the slice's 16 features; columns: the chunk's keys
-            for_each_pair(
-                [&](pair_pos p, float2 &v) {
-                    const float one_x = chunk0 + p.col < len ? 1.f : 0.f, one_y = chunk0 + p.col + 1 < len ? 1.f : 0.f;
-                    v.x = feature(c.input.k, p.col, slice, p.row, 1.f, one_x);
-                    v.y = feature(c.input.k, p.col + 1, slice, p.row, 1.f, one_y);
-                },
-                kf);
-            rt<T, TILE_DIM, CHUNK> k16;
-            copy(k16, kf);
-            warpgroup::mma_AB(c.state.kv[m], k16, c.input.v);
-            warpgroup::mma_async_wait(c.state.kv[m]);
-            if (slice < SLICES) {
-                rt<T, TILE_DIM, DV> image;
-                copy(image, c.state.kv[m]);
-                store(c.output.image[slice], image);
-            }
+            if (m >= blocks_of(me)) break;
+            k_features_tile &kf = k_features(c.output, me, m);
+            rt_fl<TILE_DIM, TILE_DIM> sums;
+            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<0>(), c.input.v[0]);
+            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<1>(), c.input.v[1]);
+            warpgroup::mm_AB(sums, kf.template chunk<0>(), c.output.ones[me]);
+            warpgroup::mma_AB(sums, kf.template chunk<1>(), c.output.ones[me]);
+            warpgroup::mma_async_wait(c.state.kv[m], sums);
+            // Every column of `sums` is the row's feature sum over the chunk: the lane holding column 0 adds it.
+            const int row0 = block_row0(me, m) + warp_row0;
+            for_each_pair([&](pair_pos p, const float2 &d) {
+                if (p.col == 0) c.output.k_sum[row0 + p.row] += d.x;
+            }, sums);
+            __syncwarp();
+            write_image(c, m, parity);
         }
-        for (int f = warpgroup::laneid(); f < FEATURES; f += WARPGROUP_THREADS) {
-            const int slice = f / TILE_DIM, col = f % TILE_DIM;
-            float sum = 0.f;
-            for (int j = 0; j < CHUNK; j++) sum += feature(c.input.k, j, slice, col, 1.f, chunk0 + j < len ? 1.f : 0.f);
-            c.output.k_sum[f] += sum;
-        }
-        // The next chunk's wgmmas read the image through the async proxy.
+        // The next chunk's wgmmas read the images through the async proxy (ordered by that chunk's barrier).
         async_proxy_fence();
-        warpgroup::sync();
     }
 
-    __device__ static inline void finish(lcsf::consumer_args<based_fwd> &) {}
+    // The final state, if asked for: the fp32 accumulators and sums in the exchanged layout.
+    __device__ static inline void finish(lcsf::consumer_args<based_fwd> &c) {
+        const globals &g = c.g;
+        if (!g.kv_final) return;
+        const int me = c.consumer;
+        const size_t head = size_t(c.task.b) * g.heads + c.task.h;
+        const int col0 = c.task.vb * DVT;
+#pragma unroll
+        for (int m = 0; m < STATE_BLOCKS; m++) {
+            if (m >= blocks_of(me)) break;
+            const int row0 = block_row0(me, m) + warpgroup::warp_row0();
+            for_each_pair([&](pair_pos p, const float2 &s) {
+                const feature_def d = feature_at(row0 + p.row);
+                float *dst = g.kv_final + (head * g.value_dim + col0 + p.col) * STATE_FEATURES;
+                if (col0 + p.col < g.value_dim) to_state(d, s.x, dst);
+                if (col0 + p.col + 1 < g.value_dim) to_state(d, s.y, dst + STATE_FEATURES);
+            }, c.state.kv[m]);
+        }
+        if (c.task.vb == 0) {
+            for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
+                const int row = block_row0(me, 0) + i;
+                to_state(feature_at(row), c.output.k_sum[row], g.k_sum_final + head * STATE_FEATURES);
+            }
+        }
+    }
 };
 
 } // namespace tk_based

@@ -1,5 +1,5 @@
 // Host side of the Based forward: build (or reuse) the kernel's globals, TMA maps included, and launch it on the
-// persistent grid (forward_for<DV>, instantiated in based_fwd.cu).
+// persistent grid (forward_for<DVT>, instantiated in based_fwd.cu).
 #pragma once
 
 #include "based.h"
@@ -7,6 +7,13 @@
 #include "common/globals_cache.cuh"
 
 namespace tk_based {
+
+// The value columns one task of the forward takes: the value dimension split into as few blocks of at most 64 as
+// possible, each rounded up to a multiple of 16 (the last block's extra columns are zero-filled and never stored).
+inline int value_block_width(int value_dim) {
+    const int blocks = (value_dim + 63) / 64;
+    return ((value_dim + blocks - 1) / blocks + 15) / 16 * 16;
+}
 
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::qk_gl::T;
@@ -27,18 +34,25 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::v_gl o(static_cast<T *>(p.o.ptr), p.batch, p.heads, p.len, p.value_dim, p.o.stride_b, p.o.stride_h,
                            p.o.stride_n);
         const int chunks = (p.len + K::CHUNK - 1) / K::CHUNK;
-        return G{q, k, v, o, p.heads, p.len, chunks, p.batch * p.heads, 0.f, 0.f, 0};
+        const int value_blocks = (p.value_dim + K::DV_BLOCK - 1) / K::DV_BLOCK;
+        return G{q, k, v, o, p.heads, p.len, chunks, p.value_dim, value_blocks, p.batch * p.heads * value_blocks,
+                 0.f, 0.f, 0, nullptr, nullptr, nullptr, nullptr, nullptr};
     });
     // Fields that no map encodes are set per call.
     g.scale = p.scale;
     g.eps = p.eps;
     g.normalize = p.normalize ? 1 : 0;
+    g.kv0 = p.kv0;
+    g.k_sum0 = p.k_sum0;
+    g.kv_final = p.kv_final;
+    g.k_sum_final = p.k_sum_final;
+    g.den = p.den;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 
-template <int DV> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {
-    if (p.type == dtype::bf16) return launch_forward<based_fwd<kittens::bf16, DV>>(p, stream);
-    return launch_forward<based_fwd<kittens::half, DV>>(p, stream);
+template <int DVT> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {
+    if (p.type == dtype::bf16) return launch_forward<based_fwd<kittens::bf16, DVT>>(p, stream);
+    return launch_forward<based_fwd<kittens::half, DVT>>(p, stream);
 }
 
 } // namespace tk_based
