@@ -311,6 +311,7 @@ template <typename T, int DVT> struct based_fwd {
             copy(w, s);
             if (h == 0) warpgroup::mm_AB(o, w, c.input.v[h]);
             else warpgroup::mma_AB(o, w, c.input.v[h]);
+            warpgroup::mma_async_wait(o);
         }
 #pragma unroll
         for (int r = 0; r < 2; r++) den[r] = row_lanes_sum(den[r]);
@@ -321,7 +322,8 @@ template <typename T, int DVT> struct based_fwd {
         if (c.iter > 0 || g.kv0) {
             const int parity = (c.iter + 1) & 1;
             rt_fl<TILE_DIM, TILE_DIM> den_inter;
-            warpgroup::mma_AB(o, c.output.q_features[me], c.output.image[parity]);
+            // Chained: the last W V product on o may still run (pinning o would make ptxas serialize every wgmma).
+            warpgroup::mma_AB(o, c.output.q_features[me], c.output.image[parity], wgmma::chained);
             warpgroup::mm_AB(den_inter, c.output.q_features[me], c.output.sum_image[parity]);
             warpgroup::mma_async_wait(o, den_inter);
             // Every column of den_inter holds the row's value: take this lane's first one.
@@ -374,9 +376,9 @@ template <typename T, int DVT> struct based_fwd {
             k_features_tile &kf = k_features(c.output, me, m);
             rt_fl<TILE_DIM, TILE_DIM> sums;
             warpgroup::mma_AB(c.state.kv[m], kf.template chunk<0>(), c.input.v[0]);
-            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<1>(), c.input.v[1]);
+            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<1>(), c.input.v[1], wgmma::chained);
             warpgroup::mm_AB(sums, kf.template chunk<0>(), c.output.ones[me]);
-            warpgroup::mma_AB(sums, kf.template chunk<1>(), c.output.ones[me]);
+            warpgroup::mma_AB(sums, kf.template chunk<1>(), c.output.ones[me], wgmma::chained);
             warpgroup::mma_async_wait(c.state.kv[m], sums);
             // Every column of `sums` is the row's feature sum over the chunk: the lane holding column 0 adds it.
             const int row0 = block_row0(me, m) + warp_row0;
