@@ -6,6 +6,9 @@
     y = tk_ops.scaled_mm(a8, b8_t.t(), sa, sb)      # fp8 e4m3 GEMM, like torch._scaled_mm
     layer = tk_ops.nn.Linear(4096, 4096)            # drop-in for torch.nn.Linear
     attn = tk_ops.nn.Attention(2048, 16, causal=True)  # fused qkv projection, attention, output projection
+    o, state = tk_ops.based(q, k, v, output_final_state=True)  # Based linear attention, (B, H, N, 16 / Dv)
+    o_t = tk_ops.based_step(q_t, k_t, v_t, state)   # one decoding step, the state updated in place
+    mixer = tk_ops.nn.BasedLinearAttention(1024, 16)  # projections and Based linear attention, with step()
     tk_ops.reference                                # float64 PyTorch references of every op
 
 Importing never needs the compiled extension; ops load it on first use and raise a clear error
@@ -17,6 +20,8 @@ from . import errors
 from .errors import TkOpsError
 from .gemm import matmul, scaled_mm
 from .attention import attention, attention_with_lse
+from .based import based, based_step
 from . import nn, reference
 
-__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "nn", "reference", "errors", "TkOpsError", "__version__"]
+__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "based", "based_step", "nn", "reference", "errors",
+           "TkOpsError", "__version__"]
