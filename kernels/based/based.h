@@ -54,9 +54,14 @@ struct bwd_problem {
     bool normalize;
     float eps;
     dtype type;
+    // backward_workspace_bytes(*this) bytes of device memory for the kernels' fp32 scratch (256-byte aligned), or
+    // null: backward() then allocates its own on the stream and frees it there.
+    void *workspace = nullptr;
 };
 
 // Gradients of the forward above for q, k, v and the initial state.
 cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
+// The scratch the backward of p needs (0 when it launches no kernel).
+size_t backward_workspace_bytes(const bwd_problem &p);
 
 } // namespace tk_based

@@ -1,0 +1,149 @@
+"""The Based backward (tk_ops.based through autograd) against float64 reference gradients on the GPU: dq, dk, dv and
+the initial state's (kv0, k_sum0), from the output's gradient and the final state's, normalized and not, ragged
+lengths, every value dimension class (one task per (batch, head) up to 64, two value splits above), bf16 and fp16.
+Skipped unless the 'based' family is in the build."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops import _ext
+from tk_ops.reference.based import based as based_ref
+
+from ..util import poison
+
+# ||grad - ref|| / ||ref||: the backward rounds to 16 bits once more than the forward (dS, W and dN go to 16 bits
+# before their products, and the states' images are 16-bit).
+TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2}
+# The denominator is floored at this RMS per element: with one token and normalization, dq and dk are eps-sized in
+# exact arithmetic (o = v w / (w + eps)), and what the kernel leaves there is fp32 cancellation, not an error.
+RMS_FLOOR = 1e-4
+DK = 16
+GRADS = ("dq", "dk", "dv", "d_kv0", "d_k_sum0")
+
+
+def _based_built() -> bool:
+    try:
+        return "based" in _ext.built_families()
+    except Exception:  # no extension at all
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels are not in this build (configs.py)")
+
+
+def fresh_pool_with_nan(numel: int):
+    """Leave a NaN-filled block in the caching allocator, so a gradient the kernel fails to write shows."""
+    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
+    torch.cuda.synchronize()
+
+
+def err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    got64, ref64 = got.double(), ref.double()
+    if not torch.isfinite(got64).all():
+        return float("inf")
+    floor = RMS_FLOOR * ref64.numel() ** 0.5
+    return (got64 - ref64).norm().item() / max(ref64.norm().item(), floor)
+
+
+def inputs(b, h, n, dv, dtype, initial):
+    q = torch.randn(b, h, n, DK, device="cuda").to(dtype)
+    k = torch.randn(b, h, n, DK, device="cuda").to(dtype)
+    v = torch.randn(b, h, n, dv, device="cuda").to(dtype)
+    state = None
+    if initial:
+        # The state after a 100-token prefix: positive denominators and realistic magnitudes, as a model sees them.
+        pre = [torch.randn(b, h, 100, d, device="cuda", dtype=torch.float64) for d in (DK, DK, dv)]
+        _, (kv0, k_sum0) = based_ref(*pre, output_final_state=True)
+        state = (kv0.float(), k_sum0.float())
+    return q, k, v, state
+
+
+def check(b, h, n, dv, dtype, normalize, initial, final, scale=None, what=""):
+    q, k, v, state = inputs(b, h, n, dv, dtype, initial)
+    leaves = [q, k, v] + (list(state) if state else [])
+    for t in leaves:
+        t.requires_grad_()
+    o, (kv, k_sum) = tk_ops.based(q, k, v, scale=scale, normalize=normalize, initial_state=state,
+                                  output_final_state=True)
+    d_o = torch.randn_like(o)
+    outs, grads_out = [o], [d_o]
+    if final:  # scaled like the output's gradient per element of the state it reaches
+        outs += [kv, k_sum]
+        grads_out += [torch.randn_like(kv) / n ** 0.5, torch.randn_like(k_sum) / n ** 0.5]
+    fresh_pool_with_nan(2 * sum(t.numel() for t in leaves))
+    got = torch.autograd.grad(outs, leaves, grads_out, allow_unused=True)
+    torch.cuda.synchronize()
+
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_state = tuple(ref_leaves[3:]) if state else None
+    o_ref, (kv_ref, k_sum_ref) = based_ref(*ref_leaves[:3], scale=scale, normalize=normalize, initial_state=ref_state,
+                                           output_final_state=True)
+    ref = torch.autograd.grad([o_ref, kv_ref, k_sum_ref][: len(outs)], ref_leaves,
+                              [g.double() for g in grads_out], allow_unused=True)
+
+    for name, leaf, g, r in zip(GRADS, leaves, got, ref):
+        r = torch.zeros_like(leaf, dtype=torch.float64) if r is None else r
+        if g is None:  # unnormalized, k_sum0 reaches nothing but the final state
+            assert not r.any(), f"{what} {name}: no gradient"
+            continue
+        assert g.shape == leaf.shape and g.dtype == leaf.dtype, f"{what} {name}: {tuple(g.shape)} {g.dtype}"
+        e = err(g, r)
+        assert e <= TOL[dtype], f"{what} {name}: relative error {e:.3e} > {TOL[dtype]:.1e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("dv", [16, 64, 112, 128])
+@pytest.mark.parametrize("n", [1, 17, 64, 1000, 4097])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "num"])
+def test_gradients_with_state(normalize, n, dv, dtype):
+    """Initial state in, the final state's gradient in: every gradient of the op."""
+    b, h = (2, 2) if n < 4096 else (1, 2)
+    check(b, h, n, dv, dtype, normalize, True, True, what=f"normalize={normalize} n={n} dv={dv} {dtype}")
+
+
+@pytest.mark.parametrize("initial,final", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "initial", "final"])
+@pytest.mark.parametrize("dv", [32, 48, 64, 128])
+@pytest.mark.parametrize("n", [17, 1000])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "num"])
+def test_gradients(normalize, n, dv, initial, final):
+    check(2, 2, n, dv, torch.bfloat16, normalize, initial, final,
+          what=f"normalize={normalize} n={n} dv={dv} initial={initial} final={final}")
+
+
+@pytest.mark.parametrize("scale", [0.5, -0.3, 0.0])
+def test_scale(scale):
+    check(1, 2, 200, 64, torch.bfloat16, True, True, True, scale=scale, what=f"scale={scale}")
+
+
+def test_many_heads():
+    # More (batch, head, value split) tasks than SMs: the persistent grid walks several per block.
+    check(4, 40, 130, 128, torch.bfloat16, True, True, True, what="4 x 40 heads")
+
+
+def test_strided_views():
+    # (B, N, H, D) leaves viewed as (B, H, N, D): read in place, gradients in the leaves' own layout.
+    b, n, h, dv = 2, 300, 4, 64
+    leaves = [torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for d in (DK, DK, dv)]
+    q, k, v = (t.transpose(1, 2) for t in leaves)
+    o = tk_ops.based(q, k, v)
+    d_o = torch.randn_like(o)
+    got = torch.autograd.grad(o, leaves, d_o)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    o_ref = based_ref(*(t.transpose(1, 2) for t in ref_leaves))
+    ref = torch.autograd.grad(o_ref, ref_leaves, d_o.double())
+    for name, g, r in zip(GRADS, got, ref):
+        assert g.shape == r.shape, name
+        e = err(g, r)
+        assert e <= TOL[torch.bfloat16], f"transposed views {name}: relative error {e:.3e}"
+
+
+def test_empty_sequence():
+    # No token: the initial state's gradient is the final state's.
+    q, k, v, state = inputs(1, 2, 0, 64, torch.bfloat16, True)
+    for t in state:
+        t.requires_grad_()
+    _, (kv, k_sum) = tk_ops.based(q, k, v, initial_state=state, output_final_state=True)
+    g_kv, g_sum = torch.randn_like(kv), torch.randn_like(k_sum)
+    d_kv0, d_k_sum0 = torch.autograd.grad([kv, k_sum], list(state), [g_kv, g_sum])
+    assert torch.equal(d_kv0, g_kv) and torch.equal(d_k_sum0, g_sum)
