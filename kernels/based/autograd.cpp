@@ -136,6 +136,28 @@ fwd_out based_fwd_autograd(const at::Tensor &q, const at::Tensor &k, const at::T
     return {out[0], out[1], out[2], out[3]};
 }
 
+// based_step has no gradient: it is for decoding. Its own autograd kernel keeps a step taken in grad mode (a model
+// decoding outside torch.no_grad()) cheap and honest: the output has no gradient, where the fallback for ops without
+// one would give it a gradient function that silently yields nothing. The state is still marked as modified, so that
+// a forward which saved it for its backward notices the change.
+at::Tensor based_step_autograd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, at::Tensor &kv,
+                               at::Tensor &k_sum, scale_t scale, bool normalize, double eps) {
+    using step_fn = at::Tensor(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &, at::Tensor &,
+                               scale_t, bool, double);
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::based_step", "").typed<step_fn>();
+    at::Tensor o;
+    {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        o = op.call(q, k, v, kv, k_sum, scale, normalize, eps);
+    }
+    for (const at::Tensor *t : {&kv, &k_sum})
+        if (!t->is_inference()) torch::autograd::impl::bump_version(*t);
+    return o;
+}
+
 } // namespace
 
-TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) { m.impl("based_fwd", &based_fwd_autograd); }
+TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) {
+    m.impl("based_fwd", &based_fwd_autograd);
+    m.impl("based_step", &based_step_autograd);
+}

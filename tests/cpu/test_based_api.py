@@ -631,3 +631,16 @@ def test_nn_based_loads_based_checkpoint_names(built):
     nested.load_state_dict({"mixer." + name.replace("out_proj", "proj_o"): w for name, w in theirs.items()})
     torch.testing.assert_close(nested["mixer"].proj.weight, m.proj.weight)
     m.load_state_dict(m.state_dict())  # its own names still load
+
+
+def test_step_in_grad_mode_has_no_gradient_and_marks_the_state(built):
+    """A decoding step outside torch.no_grad(): the output says it has no gradient (rather than a silent zero one),
+    and the state's version moves, so a forward that saved it for its backward would notice the change."""
+    q, k, v, _ = inputs(2, 3, 1, 64, False, dtype=torch.bfloat16)
+    q = q[:, :, 0].requires_grad_()
+    kv, k_sum = torch.zeros(2, 3, 64, F), torch.zeros(2, 3, F)
+    versions = kv._version, k_sum._version
+    with cpu_kernels():
+        o = tk_ops.based_step(q * 1, k[:, :, 0], v[:, :, 0], (kv, k_sum))
+    assert not o.requires_grad and o.grad_fn is None
+    assert kv._version > versions[0] and k_sum._version > versions[1]

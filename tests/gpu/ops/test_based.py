@@ -1,16 +1,24 @@
-"""torch.ops.tk_ops.based_fwd (Based linear attention, causal forward) against the float64 reference on the GPU:
-normalized and not, ragged lengths, the value dimensions built, bf16 and fp16, strided views, and the op's argument errors. Skipped unless
-the 'based' family is in the build."""
+"""tk_ops.based (Based linear attention, causal forward) against the float64 reference on the GPU: every class of value
+dimension (16, 48, 64, 112, 128), normalised and not, ragged and empty sequences, with and without an initial state,
+the final state, chunked prefill followed by decoding steps against one pass, fp16, scales, strided views and views
+that must be copied, torch.compile, CUDA graphs and the op's device errors (the argument rules themselves are tested
+on the CPU, tests/cpu/test_based_api.py; the gradients in test_based_bwd.py). Skipped unless the 'based' family is in
+the build."""
 import pytest
 import torch
 
+import tk_ops
 from tk_ops import _ext
-from tk_ops.reference.based import based as based_ref
+from tk_ops.errors import DeviceMismatchError, InputError
+from tk_ops.reference.based import based as based_ref, based_step as based_step_ref
 
 from ..util import poison, rel_err
 
-TOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2}
+# bf16 / fp16 inputs, fp32 accumulation: the output and the state (whose update multiplies 16-bit features) land
+# between 1e-3 and 1e-2 of the float64 reference.
+TOL = 1e-2
 DK = 16
+F = 273
 
 
 def _based_built() -> bool:
@@ -24,98 +32,222 @@ pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels 
 
 
 def fresh_pool_with_nan(numel: int):
-    """Leave a poisoned (NaN) block in the caching allocator, where the op's output will be allocated, so an
-    output row the kernel fails to write shows."""
+    """Leave a poisoned (NaN) block in the caching allocator, where the op's outputs will be allocated, so an output
+    element the kernel fails to write shows."""
     poison(torch.empty(numel, device="cuda", dtype=torch.float32))
     torch.cuda.synchronize()
 
 
-def qkv(b, h, n, dv, dtype):
-    q = torch.randn(b, h, n, DK, device="cuda").to(dtype)
-    k = torch.randn(b, h, n, DK, device="cuda").to(dtype)
-    v = torch.randn(b, h, n, dv, device="cuda").to(dtype)
+def qkv(b, h, n, dv, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, h, n, DK, device="cuda", generator=g).to(dtype)
+    k = torch.randn(b, h, n, DK, device="cuda", generator=g).to(dtype)
+    v = torch.randn(b, h, n, dv, device="cuda", generator=g).to(dtype)
     return q, k, v
 
 
-def check(q, k, v, normalize, scale=None, eps=1e-6, what=""):
+def prior_state(b, h, dv, n=37, seed=100):
+    """A state that some earlier tokens left (the reference's, float32): what a continued sequence starts from."""
+    q, k, v = qkv(b, h, n, dv, seed=seed)
+    _, (kv, k_sum) = based_ref(q, k, v, output_final_state=True)
+    return kv.float(), k_sum.float()
+
+
+def check(q, k, v, normalize=True, scale=None, eps=1e-6, state=None, what=""):
+    """Runs tk_ops.based with the final state out and compares o, kv and k_sum with the reference."""
     b, h, n, dv = v.shape
-    fresh_pool_with_nan(b * h * n * dv)
-    out = torch.ops.tk_ops.based_fwd(q, k, v, scale, normalize, eps)
+    fresh_pool_with_nan(b * h * (n * dv + dv * F + F + n))
+    o, (kv, k_sum) = tk_ops.based(q, k, v, scale, normalize, eps, initial_state=state, output_final_state=True)
     torch.cuda.synchronize()
-    ref = based_ref(q, k, v, scale=scale, normalize=normalize, eps=eps)
-    assert out.dtype == v.dtype and out.shape == v.shape, what
-    assert not torch.isnan(out).any(), f"{what}: NaN in the output"
-    err = rel_err(out, ref)
-    assert err <= TOL[v.dtype], f"{what}: relative error {err:.3e}"
+    ref_o, (ref_kv, ref_k_sum) = based_ref(q, k, v, scale, normalize, eps, initial_state=state,
+                                           output_final_state=True)
+    assert o.dtype == v.dtype and o.shape == v.shape, what
+    assert kv.dtype == k_sum.dtype == torch.float32 and kv.shape == (b, h, dv, F) and k_sum.shape == (b, h, F), what
+    assert kv.is_contiguous() and k_sum.is_contiguous(), what
+    for name, got, ref in (("o", o, ref_o), ("kv", kv, ref_kv), ("k_sum", k_sum, ref_k_sum)):
+        if ref.numel():
+            err = rel_err(got, ref)
+            assert err <= TOL, f"{what}: {name} relative error {err:.3e}"
+    return o, (kv, k_sum)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("n", [1, 17, 64, 1000, 4097])
+VALUE_DIMS = [16, 48, 64, 112, 128]
+SEQ_LENS = [0, 1, 17, 64, 1000, 4097]
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["fresh", "continued"])
+@pytest.mark.parametrize("n", SEQ_LENS)
 @pytest.mark.parametrize("normalize", [True, False], ids=["norm", "num"])
-def test_forward(normalize, n, dtype):
+@pytest.mark.parametrize("dv", VALUE_DIMS)
+def test_forward(dv, normalize, n, with_state):
     b, h = (2, 3) if n < 4096 else (1, 2)
-    check(*qkv(b, h, n, 64, dtype), normalize, what=f"normalize={normalize} n={n} {dtype}")
+    state = prior_state(b, h, dv) if with_state else None
+    check(*qkv(b, h, n, dv), normalize, state=state, what=f"dv={dv} normalize={normalize} n={n} state={with_state}")
 
 
-@pytest.mark.parametrize("dv", [16, 32, 48, 64])
+@pytest.mark.parametrize("with_state", [False, True], ids=["fresh", "continued"])
 @pytest.mark.parametrize("n", [17, 1000])
-def test_value_dims(n, dv):
-    check(*qkv(2, 2, n, dv, torch.bfloat16), True, what=f"dv={dv} n={n}")
+@pytest.mark.parametrize("dv", [64, 128])
+def test_fp16(dv, n, with_state):
+    state = prior_state(2, 2, dv) if with_state else None
+    check(*qkv(2, 2, n, dv, torch.float16), True, state=state, what=f"fp16 dv={dv} n={n}")
+
+
+def test_output_only_by_default():
+    q, k, v = qkv(1, 2, 50, 64)
+    o = tk_ops.based(q, k, v)
+    assert isinstance(o, torch.Tensor) and rel_err(o, based_ref(q, k, v)) <= TOL
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["fresh", "continued"])
+def test_empty_sequence_returns_the_initial_state(with_state):
+    q, k, v = qkv(2, 3, 0, 48)
+    state = prior_state(2, 3, 48) if with_state else None
+    o, (kv, k_sum) = tk_ops.based(q, k, v, initial_state=state, output_final_state=True)
+    assert o.shape == (2, 3, 0, 48)
+    if with_state:
+        assert torch.equal(kv, state[0]) and torch.equal(k_sum, state[1])
+        assert kv.data_ptr() != state[0].data_ptr(), "the final state is a new tensor"
+    else:
+        assert (kv == 0).all() and (k_sum == 0).all() and kv.shape == (2, 3, 48, F)
+
+
+@pytest.mark.parametrize("dv", [16, 64, 112])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "num"])
+def test_chunked_prefill_then_steps_equal_one_pass(dv, normalize):
+    """Three prefill chunks of ragged lengths, each continuing from the last one's state, then decoding steps:
+    the outputs and the final state are those of one pass over the whole sequence."""
+    b, h, n = 2, 3, 300
+    q, k, v = qkv(b, h, n, dv)
+    cuts = [0, 100, 229, 280]
+    outs, state = [], None
+    for start, end in zip(cuts, cuts[1:]):
+        o, state = tk_ops.based(q[:, :, start:end], k[:, :, start:end], v[:, :, start:end], normalize=normalize,
+                                initial_state=state, output_final_state=True)
+        outs.append(o)
+    for t in range(cuts[-1], n):
+        outs.append(tk_ops.based_step(q[:, :, t], k[:, :, t], v[:, :, t], state, normalize=normalize)[:, :, None])
+    torch.cuda.synchronize()
+    ref_o, (ref_kv, ref_k_sum) = based_ref(q, k, v, normalize=normalize, output_final_state=True)
+    got = torch.cat(outs, dim=2)
+    assert rel_err(got, ref_o) <= TOL
+    assert rel_err(state[0], ref_kv) <= TOL and rel_err(state[1], ref_k_sum) <= TOL
+    # the steps' outputs alone (where an error in the state handover would show most)
+    assert rel_err(got[:, :, cuts[-1]:], ref_o[:, :, cuts[-1]:]) <= TOL
+
+
+def test_state_continues_across_calls_of_one_token():
+    """N = 1 calls chained through the state equal the decoding step of the reference."""
+    q, k, v = qkv(2, 2, 5, 64)
+    state = prior_state(2, 2, 64)
+    ref_state = tuple(x.double().clone() for x in state)
+    for t in range(5):
+        o, state = tk_ops.based(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], initial_state=state,
+                                output_final_state=True)
+        ref = based_step_ref(q[:, :, t], k[:, :, t], v[:, :, t], ref_state)
+        assert rel_err(o[:, :, 0], ref) <= TOL, f"token {t}"
+    assert rel_err(state[0], ref_state[0]) <= TOL
 
 
 @pytest.mark.parametrize("scale", [0.5, -0.3, 0.0])
 def test_scale(scale):
-    check(*qkv(1, 2, 200, 64, torch.bfloat16), True, scale=scale, what=f"scale={scale}")
+    # The state holds phi of the unscaled keys: the same with any scale.
+    check(*qkv(1, 2, 200, 64), True, scale=scale, state=prior_state(1, 2, 64), what=f"scale={scale}")
+
+
+def test_eps():
+    check(*qkv(1, 2, 100, 64), True, eps=0.5, what="eps=0.5")
 
 
 def test_many_heads():
     # More (batch, head) tasks than SMs: the persistent grid walks several per block.
-    check(*qkv(4, 48, 130, 64, torch.bfloat16), True, what="4 x 48 heads")
+    check(*qkv(4, 48, 130, 64), True, state=prior_state(4, 48, 64), what="4 x 48 heads")
 
 
-def test_strided_views():
-    # (B, N, H, D) tensors viewed as (B, H, N, D), as a fused projection gives them: read in place.
+def test_transposed_views_are_read_in_place():
+    # (B, N, H, D) tensors viewed as (B, H, N, D), as a fused projection gives them; o takes v's memory order.
     b, n, h = 2, 300, 4
-    q = torch.randn(b, n, h, DK, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    k = torch.randn(b, n, h, DK, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    v = torch.randn(b, n, h, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    check(q, k, v, True, what="transposed views")
-    out = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6)
-    assert out.stride() == v.stride(), "the output takes v's memory order"
+    y = torch.randn(b, n, h * (DK + DK + 64), device="cuda", dtype=torch.bfloat16)
+    q, k, v = (x.unflatten(-1, (h, -1)).transpose(1, 2) for x in y.split([h * DK, h * DK, h * 64], dim=-1))
+    o, _ = check(q, k, v, True, state=prior_state(b, h, 64), what="transposed views")
+    assert o.stride() == (n * h * 64, 64, h * 64, 1), "the output takes v's memory order"
+    assert o.transpose(1, 2).reshape(b, n, h * 64)._base is not None
 
 
-def test_empty():
-    q, k, v = qkv(2, 3, 0, 64, torch.bfloat16)
-    out = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6)
-    assert out.shape == (2, 3, 0, 64)
+def test_views_that_must_be_copied():
+    """A feature dimension with stride 2, a base that breaks 16-byte alignment and an initial state at an odd offset
+    are copied first, never misread."""
+    q = torch.randn(2, 3, 90, 2 * DK, device="cuda").bfloat16()[..., ::2]
+    big = torch.randn(2 * 3 * 90 * DK + 3, device="cuda").bfloat16()
+    k = big[3:].view(2, 3, 90, DK)
+    v = torch.randn(2, 3, 90, 48, device="cuda").bfloat16()
+    kv0, k_sum0 = prior_state(2, 3, 48)
+    kv_buf = torch.empty(kv0.numel() + 1, device="cuda")
+    kv_buf[1:].copy_(kv0.flatten())
+    state = (kv_buf[1:].view_as(kv0), k_sum0)
+    check(q, k, v, True, state=state, what="copied views")
 
 
-def test_errors():
-    q, k, v = qkv(1, 2, 32, 64, torch.bfloat16)
-    with pytest.raises(ValueError, match="feature dimension"):
-        torch.ops.tk_ops.based_fwd(q[..., :8], k[..., :8], v, None, True, 1e-6)
-    with pytest.raises(ValueError, match="multiple of 16"):
-        torch.ops.tk_ops.based_fwd(q, k, v[..., :40], None, True, 1e-6)
-    with pytest.raises(ValueError, match="not built yet"):
-        torch.ops.tk_ops.based_fwd(q, k, torch.randn(1, 2, 32, 128, device="cuda", dtype=torch.bfloat16), None,
-                                   True, 1e-6)
-    with pytest.raises(ValueError, match="up to 128"):
-        torch.ops.tk_ops.based_fwd(q, k, torch.randn(1, 2, 32, 256, device="cuda", dtype=torch.bfloat16), None,
-                                   True, 1e-6)
-    with pytest.raises(TypeError, match="bfloat16 or float16"):
-        torch.ops.tk_ops.based_fwd(q.float(), k.float(), v.float(), None, True, 1e-6)
-    with pytest.raises(TypeError, match="share one dtype"):
-        torch.ops.tk_ops.based_fwd(q, k, v.half(), None, True, 1e-6)
-    with pytest.raises(ValueError, match="same shape"):
-        torch.ops.tk_ops.based_fwd(q, k[:, :1], v, None, True, 1e-6)
-    with pytest.raises(ValueError, match="4-D"):
-        torch.ops.tk_ops.based_fwd(q[0], k[0], v[0], None, True, 1e-6)
-    with pytest.raises(ValueError, match="CUDA tensors"):
-        torch.ops.tk_ops.based_fwd(q.cpu(), k.cpu(), v.cpu(), None, True, 1e-6)
+def test_outputs_not_asked_for_are_empty():
+    q, k, v = qkv(1, 2, 30, 64)
+    o, kv, k_sum, den = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6, None, None, False, False)
+    assert kv.shape == k_sum.shape == den.shape == (0,)
+    o2, kv, k_sum, den = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6, None, None, True, True)
+    assert rel_err(o2, o) <= 1e-6 and den.shape == (1, 2, 30)
 
 
-def test_meta():
-    # torch.compile's fake tensors: the same rules and the output shape, without a kernel.
-    q, k, v = (t.to("meta") for t in qkv(2, 3, 100, 64, torch.bfloat16))
-    out = torch.ops.tk_ops.based_fwd(q, k, v, None, False, 1e-6)
-    assert out.shape == (2, 3, 100, 64) and out.device.type == "meta"
+def test_den_is_the_normaliser():
+    """den (what the backward divides by) is the reference's den_i, without eps."""
+    q, k, v = qkv(2, 2, 150, 64)
+    state = prior_state(2, 2, 64)
+    _, _, _, den = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6, *state, False, True)
+    ones = torch.ones(2, 2, 150, 16, device="cuda", dtype=torch.float64)
+    # With v = 1 the unnormalised output is den itself (the state's kv then carries k_sum in every row).
+    ref = based_ref(q, k, ones, normalize=False,
+                    initial_state=(state[1][:, :, None, :].expand(2, 2, 16, F), state[1]))[..., 0]
+    assert rel_err(den, ref) <= TOL
+
+
+def test_compiles_fullgraph():
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v, kv0, k_sum0):
+            o, (kv, k_sum) = tk_ops.based(q * 2, k, v, initial_state=(kv0, k_sum0), output_final_state=True)
+            return o.float().sum(-1), kv, k_sum
+
+    q, k, v = qkv(2, 4, 333, 64)
+    state = prior_state(2, 4, 64)
+    eager = Block()(q, k, v, *state)
+    compiled = torch.compile(Block(), fullgraph=True)(q, k, v, *state)
+    for c, e in zip(compiled, eager):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-4)
+
+
+def test_cuda_graph_capture():
+    q, k, v = qkv(2, 4, 1000, 64, torch.float16)
+    kv0, k_sum0 = prior_state(2, 4, 64)
+    tk_ops.based(q, k, v, initial_state=(kv0, k_sum0), output_final_state=True)  # warm up outside capture
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        o, (kv, k_sum) = tk_ops.based(q, k, v, initial_state=(kv0, k_sum0), output_final_state=True)
+    q.copy_(torch.randn_like(q))
+    new_kv0, new_k_sum0 = prior_state(2, 4, 64, seed=7)
+    kv0.copy_(new_kv0)
+    k_sum0.copy_(new_k_sum0)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_o, (ref_kv, ref_k_sum) = based_ref(q, k, v, initial_state=(kv0, k_sum0), output_final_state=True)
+    assert rel_err(o, ref_o) <= TOL and rel_err(kv, ref_kv) <= TOL and rel_err(k_sum, ref_k_sum) <= TOL
+
+
+def test_device_errors():
+    q, k, v = qkv(1, 2, 32, 64)
+    kv0, k_sum0 = prior_state(1, 2, 64)
+    with pytest.raises(DeviceMismatchError, match="initial_state kv is on cpu"):
+        tk_ops.based(q, k, v, initial_state=(kv0.cpu(), k_sum0))
+    with pytest.raises(DeviceMismatchError, match="v is on cpu"):
+        tk_ops.based(q, k, v.cpu())
+    with pytest.raises(InputError, match="initial_state kv must be contiguous"):
+        tk_ops.based(q, k, v, initial_state=(kv0.transpose(2, 3).contiguous().transpose(2, 3), k_sum0))
+    with pytest.raises(InputError, match="value dimension"):
+        tk_ops.based(q, k, v[..., :40])
