@@ -323,6 +323,14 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
         p.d_kv0 = mut_ptr_or_null(d_kv0);
         p.d_k_sum0 = mut_ptr_or_null(d_k_sum0);
     }
+    // The kernels' scratch from torch's caching allocator (blocks 512-byte aligned): reused across calls and owned by a
+    // captured CUDA graph's pool like every other tensor, with no allocation call of its own on the stream.
+    const size_t workspace_bytes = tk_based::backward_workspace_bytes(p);
+    at::Tensor workspace;
+    if (workspace_bytes > 0) {
+        workspace = at::detail::empty_cuda({int64_t(workspace_bytes)}, at::kByte, q_in.device(), std::nullopt);
+        p.workspace = workspace.data_ptr();
+    }
     check_launch(tk_based::backward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based backward kernel");
     return {dq, dk, dv, d_kv0, d_k_sum0};
 }
