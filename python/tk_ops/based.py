@@ -51,7 +51,10 @@ def based(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None
     """Causal Based linear attention of q, k (B, H, N, 16) and v (B, H, N, Dv) (module docstring). Returns o
     (B, H, N, Dv) in v's dtype, or ``(o, (kv, k_sum))`` when ``output_final_state``. Differentiable in q, k, v and
     ``initial_state``."""
-    _check_python_types("tk_ops.based", scale, eps, normalize=normalize, output_final_state=output_final_state)
+    if not (isinstance(normalize, bool) and isinstance(output_final_state, bool)) or isinstance(scale, bool) or \
+            isinstance(eps, bool):
+        raise _python_type_error("tk_ops.based", scale, eps, normalize=normalize,
+                                 output_final_state=output_final_state)
     kv0, k_sum0 = _state_pair("tk_ops.based", "initial_state", initial_state, optional=True)
     args = (q, k, v, scale, normalize, eps, kv0, k_sum0, output_final_state, False)
     try:
@@ -67,7 +70,8 @@ def based_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: tuple[t
                scale: float | None = None, normalize: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """One new token per sequence (module docstring): adds it to ``state = (kv, k_sum)`` in place and returns its
     output o, (B, H, Dv) (or (B, H, 1, Dv) for 4-D inputs), in v's dtype."""
-    _check_python_types("tk_ops.based_step", scale, eps, normalize=normalize)
+    if not isinstance(normalize, bool) or isinstance(scale, bool) or isinstance(eps, bool):
+        raise _python_type_error("tk_ops.based_step", scale, eps, normalize=normalize)
     kv, k_sum = _state_pair("tk_ops.based_step", "state", state, optional=False)
     args = (q, k, v, kv, k_sum, scale, normalize, eps)
     try:
@@ -83,15 +87,15 @@ def value_dims() -> list[int]:
     return list(_ext.require("based").based_value_dims())
 
 
-def _check_python_types(name: str, scale, eps, **flags) -> None:
+def _python_type_error(name: str, scale, eps, **flags) -> InputError:
     # Python types are the one thing the ops cannot see: torch would take normalize=1 for True and scale=True for 1.0.
+    # Only a failed check builds the message, so a call costs the isinstance tests alone.
     for flag, value in flags.items():
         if not isinstance(value, bool):
-            raise InputError(f"{name}: {flag} must be a bool, got {type(value).__name__}")
+            return InputError(f"{name}: {flag} must be a bool, got {type(value).__name__}")
     if isinstance(scale, bool):
-        raise InputError(f"{name}: scale must be a finite number or None, got {scale!r}")
-    if isinstance(eps, bool):
-        raise InputError(f"{name}: eps must be a finite number >= 0, got {eps!r}")
+        return InputError(f"{name}: scale must be a finite number or None, got {scale!r}")
+    return InputError(f"{name}: eps must be a finite number >= 0, got {eps!r}")
 
 
 def _state_pair(name: str, what: str, state, optional: bool):

@@ -181,7 +181,7 @@ class BasedLinearAttention(torch.nn.Module):
         self.normalize, self.eps = normalize, float(eps)
         self.qkv = Linear(d_model, 2 * num_heads * feature_dim + d_model, bias=bias, device=device, dtype=dtype)
         self.proj = Linear(d_model, d_model, bias=bias, device=device, dtype=dtype)
-        self._register_load_state_dict_pre_hook(_fuse_based_projections)
+        self.register_load_state_dict_pre_hook(_fuse_based_projections)
 
     def _split(self, y: torch.Tensor):
         """q, k, v as (..., H, 16 / Dv) views of the fused projection's output (no copies)."""
@@ -229,7 +229,7 @@ class BasedLinearAttention(torch.nn.Module):
                 f"value_dim={self.value_dim}, normalize={self.normalize}, eps={self.eps}")
 
 
-def _fuse_based_projections(state_dict, prefix, *args):
+def _fuse_based_projections(module, state_dict, prefix, *args):
     """load_state_dict hook: the Based model's separate q, k, v projections (proj_q, proj_k, proj_v) become the rows
     of qkv, and its output projection (out_proj or proj_o) becomes proj."""
     for suffix in ("weight", "bias"):
