@@ -9,7 +9,7 @@ import torch
 
 import tk_ops
 from tk_ops import _ext
-from tk_ops.errors import DeviceMismatchError, InputError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 from tk_ops.reference.based import based as based_ref, based_step as based_step_ref
 
 from ..util import poison, rel_err
@@ -240,9 +240,18 @@ def test_cuda_graph_capture():
     assert rel_err(o, ref_o) <= TOL and rel_err(kv, ref_kv) <= TOL and rel_err(k_sum, ref_k_sum) <= TOL
 
 
-def test_device_errors():
+def test_errors():
+    """The rules (tested one by one on the CPU) hold for CUDA tensors too, before any kernel runs."""
     q, k, v = qkv(1, 2, 32, 64)
     kv0, k_sum0 = prior_state(1, 2, 64)
+    with pytest.raises(DTypeError, match="bfloat16 or float16"):
+        tk_ops.based(q.float(), k.float(), v.float())
+    with pytest.raises(InputError, match="feature dimension"):
+        tk_ops.based(q[..., :8], k[..., :8], v)
+    with pytest.raises(InputError, match=r"initial_state kv must be \(B, H, Dv, 273\)"):
+        tk_ops.based(q, k, v, initial_state=(kv0[:, :, :32], k_sum0))
+    with pytest.raises(DTypeError, match="initial_state k_sum must be float32"):
+        tk_ops.based(q, k, v, initial_state=(kv0, k_sum0.double()))
     with pytest.raises(DeviceMismatchError, match="initial_state kv is on cpu"):
         tk_ops.based(q, k, v, initial_state=(kv0.cpu(), k_sum0))
     with pytest.raises(DeviceMismatchError, match="v is on cpu"):
