@@ -6,7 +6,8 @@
 // A task is one (batch, head, block of up to 64 value columns): the state is sequential along the sequence, so the
 // block walks the whole sequence in chunks of 128 tokens while the producer streams each chunk's Q, K and V through
 // the ring by TMA, as two 64-row halves. Two consumer warpgroups share the chunk: consumer c owns query rows
-// 64c .. 64c + 63 of it, and state rows (kernel features, based_features.cuh) 0..127 (c = 0) or 128..159 (c = 1).
+// 64c .. 64c + 63 of it, and state rows (kernel features, based_features.cuh) 0..63 and 128..159 (c = 0) or 64..127
+// (c = 1).
 // Per chunk, each consumer:
 //  1. issues S = Q_c K_h^T for the key halves h <= c, and while the tensor cores run, builds its feature tiles in
 //     shared memory with packed multiplies: Phi(Q_c) (its 64 queries x 160 features) and Phi(K)^T (its state rows x
@@ -43,9 +44,9 @@ template <typename T, int DVT> struct based_fwd {
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
     static constexpr int FEATURES = KERNEL_FEATURES;
-    // State rows per consumer, in blocks of 64 (one wgmma row slab): consumer 0 rows 0..127 (two blocks), consumer 1
-    // rows 128..191 (one block, of which rows 160.. are padding). Consumer 1 has the larger intra-chunk share (two key
-    // halves), which this balances.
+    // State rows per consumer, in blocks of 64 (one wgmma row slab): consumer 0 rows 0..63 and 128..191 (two blocks,
+    // of which rows 160.. are padding), consumer 1 rows 64..127. Consumer 1 has the larger intra-chunk share (two key
+    // halves), which this balances; each consumer builds the key features of its own rows.
     static constexpr int STATE_BLOCKS = 2;
     static constexpr int STATE_ROWS = 3 * HALF;
 
@@ -96,9 +97,9 @@ template <typename T, int DVT> struct based_fwd {
     }
 
     __device__ static inline int blocks_of(int consumer) { return consumer == 0 ? 2 : 1; }
-    __device__ static inline int block_row0(int consumer, int m) { return consumer == 0 ? HALF * m : 2 * HALF; }
+    __device__ static inline int block_row0(int consumer, int m) { return consumer == 0 ? 2 * HALF * m : HALF; }
     __device__ static inline k_features_tile &k_features(typename based_fwd::output_block &out, int consumer, int m) {
-        return out.k_features[consumer == 0 ? m : 2];
+        return out.k_features[block_row0(consumer, m) / HALF];
     }
 
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
@@ -184,7 +185,7 @@ template <typename T, int DVT> struct based_fwd {
         for_features<F0, N>([&]<int F>() {
             constexpr feature_def d = kernel_feature<F>;
             T2 v;
-            if constexpr (d.kind == feature_kind::quadratic) v = pair[d.a] * pair[d.b];
+            if constexpr (d.kind == feature_kind::quadratic) v = base_ops::mul::op<T2>(pair[d.a], pair[d.b]);
             else if constexpr (d.kind == feature_kind::linear) v = pair[d.b];
             else if constexpr (d.kind == feature_kind::constant) v = ones;
             else v = base_types::constants<T2>::zero();
@@ -202,13 +203,18 @@ template <typename T, int DVT> struct based_fwd {
         const int p = t % (CHUNK / 2), part = t / (CHUNK / 2);
         const int key = c.iter * CHUNK + 2 * p;
         const bool v0 = key < c.g.len, v1 = key + 1 < c.g.len;
+        // 96 rows (0..63, 128..159; 160..191 stay zero from setup) or 64 rows (64..127), half per thread.
+        constexpr int TAIL = FEATURES - 2 * HALF;
         if (me == 0) {
-            if (part == 0) build_key_features<0, HALF>(c.output, c.input, p, v0, v1);
-            else build_key_features<HALF, HALF>(c.output, c.input, p, v0, v1);
+            if (part == 0) {
+                build_key_features<0, HALF - TAIL / 2>(c.output, c.input, p, v0, v1);
+            } else {
+                build_key_features<HALF - TAIL / 2, TAIL / 2>(c.output, c.input, p, v0, v1);
+                build_key_features<2 * HALF, TAIL>(c.output, c.input, p, v0, v1);
+            }
         } else {
-            constexpr int N = (FEATURES - 2 * HALF) / 2; // rows 128 .. 159; 160 .. 191 stay zero from setup
-            if (part == 0) build_key_features<2 * HALF, N>(c.output, c.input, p, v0, v1);
-            else build_key_features<2 * HALF + N, N>(c.output, c.input, p, v0, v1);
+            if (part == 0) build_key_features<HALF, HALF / 2>(c.output, c.input, p, v0, v1);
+            else build_key_features<3 * HALF / 2, HALF / 2>(c.output, c.input, p, v0, v1);
         }
         async_proxy_fence(); // read by wgmma (the async proxy) after the consumer's barrier
     }
@@ -256,10 +262,10 @@ template <typename T, int DVT> struct based_fwd {
         }
         // This consumer's feature sums, one thread per state row.
         for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
-            const int row = block_row0(me, 0) + i;
+            const int row = block_row0(me, i / HALF) + i % HALF;
             c.output.k_sum[row] = g.k_sum0 ? from_state(feature_at(row), g.k_sum0 + head * STATE_FEATURES) : 0.f;
         }
-        // The ones of the feature sums, and the padding rows of consumer 1's key features (never rebuilt).
+        // The ones of the feature sums, and the padding rows of consumer 0's last key features (never rebuilt).
         rt<T, TILE_DIM, TILE_DIM> one, zero;
         for_each_pair([&](pair_pos, T2 &a, T2 &b) {
             a = to_pair(1.f, 1.f);
@@ -267,7 +273,7 @@ template <typename T, int DVT> struct based_fwd {
         }, one, zero);
         const int warp_row0 = warpgroup::warp_row0();
         store(c.output.ones[me], one, warp_row0, 0);
-        if (me == 1 && warp_row0 >= FEATURES - 2 * HALF) {
+        if (me == 0 && warp_row0 >= FEATURES - 2 * HALF) {
 #pragma unroll
             for (int j = 0; j < CHUNK / TILE_DIM; j++) store(c.output.k_features[2], zero, warp_row0, j * TILE_DIM);
         }
@@ -412,7 +418,7 @@ template <typename T, int DVT> struct based_fwd {
         }
         if (c.task.vb == 0) {
             for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
-                const int row = block_row0(me, 0) + i;
+                const int row = block_row0(me, i / HALF) + i % HALF;
                 to_state(feature_at(row), c.output.k_sum[row], g.k_sum_final + head * STATE_FEATURES);
             }
         }
