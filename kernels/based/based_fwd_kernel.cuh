@@ -14,14 +14,13 @@
 //     the chunk's 128 keys);
 //  2. intra-chunk: W = 1 + s + s^2 / 2 with s = scale S (causal mask on the diagonal half), den += row sums of W,
 //     O += W V_h (A = W from registers);
-//  3. waits at the chunk barrier (both consumers have written the state image of the chunk before), then issues
-//     the inter-chunk terms, O += Phi(Q_c) image and den += Phi(Q_c) sum_image (K = 160; the images hold the state
-//     times each feature's weight, so the query features need none), and the update of its state rows,
-//     kv^T += Phi(K)^T V (fp32 accumulators in registers) and the feature sums against a tile of ones, all under
-//     one wait;
+//  3. waits at the chunk barrier (both consumers have written the state image of the chunk before), then adds the
+//     inter-chunk terms: O += Phi(Q_c) image, den += Phi(Q_c) sum_image (K = 160). The images hold the state times
+//     each feature's weight, so the query features need none;
 //  4. stores O (divided by den + eps when normalizing) through one TMA store of its 64 rows;
-//  5. writes its rows of the 16-bit images, double-buffered by chunk parity so that the one barrier per chunk orders
-//     writers and readers.
+//  5. updates its state rows: kv^T += Phi(K)^T V (fp32 accumulators in registers) and the feature sums against a
+//     tile of ones, then writes its rows of the 16-bit images, double-buffered by chunk parity so that the one
+//     barrier per chunk orders writers and readers.
 // Ragged length: TMA zero-fills Q, K, V rows past the end, so the quadratic and linear features and v of a padded
 // token are zero; its constant feature is masked explicitly. Rows past the end are computed and never stored.
 #pragma once
@@ -97,7 +96,7 @@ template <typename T, int DVT> struct based_fwd {
         asm volatile("bar.sync %0, %1;\n" ::"n"(CONSUMERS_BARRIER), "n"(NUM_CONSUMERS * WARPGROUP_THREADS) : "memory");
     }
 
-    __host__ __device__ static constexpr int blocks_of(int consumer) { return consumer == 0 ? 2 : 1; }
+    __device__ static inline int blocks_of(int consumer) { return consumer == 0 ? 2 : 1; }
     __device__ static inline int block_row0(int consumer, int m) { return consumer == 0 ? 2 * HALF * m : HALF; }
     __device__ static inline k_features_tile &k_features(typename based_fwd::output_block &out, int consumer, int m) {
         return out.k_features[block_row0(consumer, m) / HALF];
@@ -288,15 +287,9 @@ template <typename T, int DVT> struct based_fwd {
         async_proxy_fence(); // the images, ones and zeros are read by wgmma (the async proxy)
     }
 
-    // One chunk, for consumer ME: a compile-time consumer keeps every wgmma sequence free of run-time branches, which
-    // ptxas would otherwise answer by serialising every wgmma of the kernel.
     __device__ static inline void compute(lcsf::consumer_args<based_fwd> &c) {
-        if (c.consumer == 0) compute_as<0>(c);
-        else compute_as<1>(c);
-    }
-    template <int ME> __device__ static inline void compute_as(lcsf::consumer_args<based_fwd> &c) {
         const globals &g = c.g;
-        constexpr int me = ME;
+        const int me = c.consumer;
         const int chunk0 = c.iter * CHUNK;
         const float scale = g.scale;
         const int warp_row0 = warpgroup::warp_row0(); // this warp's first query row among the consumer's 64
@@ -307,7 +300,8 @@ template <typename T, int DVT> struct based_fwd {
         build_features(c);
         rt_fl<TILE_DIM, DVT> o;
 #pragma unroll
-        for (int h = 0; h <= me; h++) {
+        for (int h = 0; h < NUM_CONSUMERS; h++) {
+            if (h > me) break;
             rt_fl<TILE_DIM, HALF> s;
             warpgroup::mm_ABt(s, c.input.q[me], c.input.k[h]);
             warpgroup::mma_async_wait(s);
@@ -328,43 +322,22 @@ template <typename T, int DVT> struct based_fwd {
 #pragma unroll
         for (int r = 0; r < 2; r++) den[r] = row_lanes_sum(den[r]);
 
-        // 3. Inter-chunk, O += Phi(Q) image and den += Phi(Q) sum_image, and this chunk's state update,
-        // kv^T += Phi(K)^T V and the feature sums against the ones, issued together so the tensor cores run them back
-        // to back under one wait. The images of the previous chunk (parity iter - 1) are complete once both consumers
-        // pass the barrier, which also publishes this chunk's features.
+        // 3. Inter-chunk: O += Phi(Q) image, den += Phi(Q) sum_image. The images of the previous chunk (parity
+        // iter - 1) are complete once both consumers pass the barrier, which also publishes this chunk's features.
         consumers_sync();
-        const bool inter = c.iter > 0 || g.kv0;
-        // Every accumulator is fenced before the first product and the products are issued chained: pinning one
-        // accumulator while a product on another runs would make ptxas serialise every wgmma of the kernel.
-        rt_fl<TILE_DIM, TILE_DIM> den_inter, sums[STATE_BLOCKS];
-        zero(den_inter);
-#pragma unroll
-        for (int m = 0; m < STATE_BLOCKS; m++) {
-            zero(sums[m]);
-            warpgroup::mma_fence(c.state.kv[m]);
-            warpgroup::mma_fence(sums[m]);
-        }
-        warpgroup::mma_fence(o);
-        warpgroup::mma_fence(den_inter);
-        if (inter) {
+        if (c.iter > 0 || g.kv0) {
             const int parity = (c.iter + 1) & 1;
+            rt_fl<TILE_DIM, TILE_DIM> den_inter;
+            // Chained: the last W V product on o may still run (pinning o would make ptxas serialize every wgmma).
             warpgroup::mma_AB(o, c.output.q_features[me], c.output.image[parity], wgmma::chained);
-            warpgroup::mma_AB(den_inter, c.output.q_features[me], c.output.sum_image[parity], wgmma::chained);
-        }
-#pragma unroll
-        for (int m = 0; m < blocks_of(me); m++) {
-            k_features_tile &kf = k_features(c.output, me, m);
-            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<0>(), c.input.v[0], wgmma::chained);
-            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<1>(), c.input.v[1], wgmma::chained);
-            warpgroup::mma_AB(sums[m], kf.template chunk<0>(), c.output.ones[me], wgmma::chained);
-            warpgroup::mma_AB(sums[m], kf.template chunk<1>(), c.output.ones[me], wgmma::chained);
-        }
-        warpgroup::mma_async_wait(o, den_inter, c.state.kv[0], c.state.kv[1], sums[0], sums[1]);
-        if (inter) {
+            warpgroup::mm_AB(den_inter, c.output.q_features[me], c.output.sum_image[parity]);
+            warpgroup::mma_async_wait(o, den_inter);
             // Every column of den_inter holds the row's value: take this lane's first one.
             for_each_pair([&](pair_pos p, const float2 &d) {
                 if (p.j == 0 && p.k < 2) den[p.half] += d.x;
             }, den_inter);
+        } else {
+            warpgroup::mma_async_wait(o);
         }
 
         // 4. The output (and den for the backward); rows past the end are clipped by the store and never written.
@@ -401,15 +374,23 @@ template <typename T, int DVT> struct based_fwd {
             }
         }
 
-        // 5. The feature sums and the images of the updated state.
+        // 5. State update: kv^T += Phi(K)^T V and the feature sums, per block of 64 state rows, then the images.
         const int parity = c.iter & 1;
 #pragma unroll
-        for (int m = 0; m < blocks_of(me); m++) {
+        for (int m = 0; m < STATE_BLOCKS; m++) {
+            if (m >= blocks_of(me)) break;
+            k_features_tile &kf = k_features(c.output, me, m);
+            rt_fl<TILE_DIM, TILE_DIM> sums;
+            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<0>(), c.input.v[0]);
+            warpgroup::mma_AB(c.state.kv[m], kf.template chunk<1>(), c.input.v[1], wgmma::chained);
+            warpgroup::mm_AB(sums, kf.template chunk<0>(), c.output.ones[me]);
+            warpgroup::mma_AB(sums, kf.template chunk<1>(), c.output.ones[me], wgmma::chained);
+            warpgroup::mma_async_wait(c.state.kv[m], sums);
             // Every column of `sums` is the row's feature sum over the chunk: the lane holding column 0 adds it.
             const int row0 = block_row0(me, m) + warp_row0;
             for_each_pair([&](pair_pos p, const float2 &d) {
                 if (p.col == 0) c.output.k_sum[row0 + p.row] += d.x;
-            }, sums[m]);
+            }, sums);
             __syncwarp();
             write_image(c, m, parity);
         }
