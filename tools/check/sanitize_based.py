@@ -21,26 +21,32 @@ SMALL_CASES = [(1, 2, 200, 64), (1, 1, 300, 80)]  # (batch, heads, len, value di
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="a few short calls (for racecheck)")
+    parser.add_argument("--ops", default="forward,backward,step",
+                        help="which of forward, backward, step to run (comma-separated; the backward needs the forward)")
     args = parser.parse_args()
+    ops = set(args.ops.split(","))
     torch.manual_seed(0)
     for b, h, n, dv in SMALL_CASES if args.small else DEFAULT_CASES:
         for with_state in (False, True):
-            q = torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            k = torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            v = torch.randn(b, h, n, dv, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            grad = "backward" in ops
+            q = torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+            k = torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+            v = torch.randn(b, h, n, dv, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
             state = None
             if with_state:
-                state = (torch.randn(b, h, dv, 273, device="cuda", requires_grad=True),
-                         torch.rand(b, h, 273, device="cuda", requires_grad=True) + n)
+                state = (torch.randn(b, h, dv, 273, device="cuda", requires_grad=grad),
+                         (torch.rand(b, h, 273, device="cuda") + n).requires_grad_(grad))
             o, (kv, k_sum) = tk_ops.based(q, k, v, initial_state=state, output_final_state=True)
             if not args.small:
                 ref = reference(q, k, v, initial_state=state)
                 err = ((o.double() - ref).norm() / ref.norm()).item()
                 assert err < 2e-2, (b, h, n, dv, with_state, err)
-            (o.float().square().sum() + kv.sum() + k_sum.sum()).backward()
-            step_state = (kv.detach().clone(), k_sum.detach().clone())
-            for _ in range(2):
-                tk_ops.based_step(q[:, :, -1].detach(), k[:, :, -1].detach(), v[:, :, -1].detach(), step_state)
+            if grad:
+                (o.float().square().sum() + kv.sum() + k_sum.sum()).backward()
+            if "step" in ops:
+                step_state = (kv.detach().clone(), k_sum.detach().clone())
+                for _ in range(2):
+                    tk_ops.based_step(q[:, :, -1].detach(), k[:, :, -1].detach(), v[:, :, -1].detach(), step_state)
     torch.cuda.synchronize()
     print("based sanitizer calls done")
 
