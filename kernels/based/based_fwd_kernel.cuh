@@ -417,6 +417,7 @@ template <typename T, int DVT> struct based_fwd {
             }, c.state.kv[m]);
         }
         if (c.task.vb == 0) {
+            warpgroup::sync(); // the last chunk's k_sum rows were added by the warps that own them
             for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
                 const int row = block_row0(me, i / HALF) + i % HALF;
                 to_state(feature_at(row), c.output.k_sum[row], g.k_sum_final + head * STATE_FEATURES);
