@@ -139,9 +139,15 @@ fwd_out based_fwd_autograd(const at::Tensor &q, const at::Tensor &k, const at::T
 // based_step has no gradient: it is for decoding. Its own autograd kernel keeps a step taken in grad mode (a model
 // decoding outside torch.no_grad()) cheap and honest: the output has no gradient, where the fallback for ops without
 // one would give it a gradient function that silently yields nothing. The state is still marked as modified, so that
-// a forward which saved it for its backward notices the change.
+// a forward which saved it for its backward notices the change. A state that is itself part of a graph (the final
+// state of a forward that had gradients) is refused: changed in place without a record, it would pass wrong
+// gradients on.
 at::Tensor based_step_autograd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, at::Tensor &kv,
                                at::Tensor &k_sum, scale_t scale, bool normalize, double eps) {
+    if (at::GradMode::is_enabled() && (kv.requires_grad() || k_sum.requires_grad()))
+        throw c10::ValueError("tk_ops.based_step: the state requires grad (it came from a forward with gradients on), "
+                              "but the step updates it in place and has no gradient; decode under torch.no_grad() or "
+                              "pass the state .detach()ed");
     using step_fn = at::Tensor(const at::Tensor &, const at::Tensor &, const at::Tensor &, at::Tensor &, at::Tensor &,
                                scale_t, bool, double);
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::based_step", "").typed<step_fn>();

@@ -644,3 +644,16 @@ def test_step_in_grad_mode_has_no_gradient_and_marks_the_state(built):
         o = tk_ops.based_step(q * 1, k[:, :, 0], v[:, :, 0], (kv, k_sum))
     assert not o.requires_grad and o.grad_fn is None
     assert kv._version > versions[0] and k_sum._version > versions[1]
+
+
+def test_step_refuses_a_state_in_a_graph(built):
+    """A final state that carries gradients cannot be changed in place without a record: refused, with the fix."""
+    q, k, v, init = inputs(1, 2, 4, 16, True)
+    init = tuple(x.requires_grad_() for x in init)
+    with cpu_kernels():
+        _, state = tk_ops.based(q, k, v, initial_state=init, output_final_state=True)
+        with pytest.raises(InputError, match=r"the state requires grad .* torch.no_grad\(\)"):
+            tk_ops.based_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], state)
+        with torch.no_grad():
+            tk_ops.based_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], state)
+        tk_ops.based_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], tuple(x.detach() for x in state))
