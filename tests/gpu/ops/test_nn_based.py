@@ -108,6 +108,23 @@ def test_compiles_fullgraph():
     assert rel_err(compiled, eager) <= 2e-3
 
 
+def test_compiles_fullgraph_forward_and_backward():
+    ours, _ = pair(1024, 16)
+    x = torch.randn(2, 200, 1024, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(2, 200, 1024, device="cuda", dtype=torch.bfloat16)
+
+    def grads(module):
+        xg = x.clone().requires_grad_()
+        module(xg).backward(dy)
+        out = [xg.grad] + [p.grad.clone() for p in ours.parameters()]
+        ours.zero_grad(set_to_none=True)
+        return out
+    eager = grads(ours)
+    compiled = grads(torch.compile(ours, fullgraph=True))
+    for e, c in zip(eager, compiled):
+        assert rel_err(c, e) <= 2e-3
+
+
 def test_cuda_graph_decoding():
     """model.step captured once and replayed per token, the state cache advanced in place by each replay."""
     ours, _ = pair(1024, 16)
