@@ -657,3 +657,46 @@ def test_step_refuses_a_state_in_a_graph(built):
         with torch.no_grad():
             tk_ops.based_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], state)
         tk_ops.based_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], tuple(x.detach() for x in state))
+
+
+# ---------------------------------------------------------------- examples/train_based.py, its PyTorch side
+
+@pytest.fixture(scope="module")
+def train_based():
+    import importlib.util
+    import sys
+    from pathlib import Path
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    sys.path.insert(0, str(examples))
+    try:
+        spec = importlib.util.spec_from_file_location("train_based", examples / "train_based.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(examples))
+
+
+@pytest.mark.parametrize("n, chunk", [(1, 64), (64, 64), (150, 64), (203, 32)])
+def test_example_torch_based_matches_the_reference(train_based, n, chunk):
+    """The chunked float32 Based mixing the example trains its PyTorch model with: forward and gradients equal the
+    float64 reference's (ragged lengths, chunk boundaries)."""
+    g = torch.Generator().manual_seed(n)
+    q, k = (torch.randn(2, 3, n, 16, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
+    v = torch.randn(2, 3, n, 32, generator=g, dtype=torch.float64).requires_grad_()
+    got = train_based.based_chunked(q, k, v, chunk=chunk)
+    ref = reference.based(q, k, v)
+    assert got.dtype == torch.float64 and got.shape == ref.shape
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    dy = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad((got * dy).sum(), (q, k, v)), torch.autograd.grad((ref * dy).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_example_models_share_parameter_names(train_based, built):
+    ours = train_based.HybridLM("BABA", 512, 8, 8, 256, use_tk=True).to("meta")
+    theirs = train_based.HybridLM("BABA", 512, 8, 8, 256, use_tk=False).to("meta")
+    assert {n: p.shape for n, p in ours.state_dict().items()} == {n: p.shape for n, p in theirs.state_dict().items()}
+    assert isinstance(ours.blocks[0].mixer, tk_nn.BasedLinearAttention)
+    assert isinstance(ours.blocks[1].mixer, tk_nn.Attention)
+    assert train_based.parse_args(["--quick"]).pattern == "BA"
