@@ -102,8 +102,11 @@ def _state_pair(name: str, what: str, state, optional: bool):
     """(kv, k_sum) from a state argument; (None, None) for an absent optional one. The op checks the tensors."""
     if state is None and optional:
         return None, None
-    if isinstance(state, (tuple, list)) and len(state) == 2:
+    if isinstance(state, (tuple, list)) and len(state) == 2 and all(isinstance(x, torch.Tensor) for x in state):
         return state[0], state[1]
+    got = type(state).__name__
+    if isinstance(state, (tuple, list)):
+        got += " of " + ", ".join(type(x).__name__ for x in state)
     raise InputError(f"{name}: {what} must be a (kv, k_sum) pair of tensors, kv (B, H, Dv, 273) and k_sum "
                      f"(B, H, 273) float32, as tk_ops.based(..., output_final_state=True) returns it"
-                     + (" (or None)" if optional else "") + f"; got {type(state).__name__}")
+                     + (" (or None)" if optional else "") + f"; got {got}")

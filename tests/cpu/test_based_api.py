@@ -80,6 +80,7 @@ def test_based_rejects_arguments(kwargs, match, built):
 @pytest.mark.parametrize("make, kind, match", [
     (lambda: t(1, 2, 64, F), InputError, r"initial_state must be a \(kv, k_sum\) pair .* got Tensor"),
     (lambda: (*state(), state()[1]), InputError, r"initial_state must be a \(kv, k_sum\) pair"),
+    (lambda: (1, 2), InputError, r"initial_state must be a \(kv, k_sum\) pair .* got tuple of int, int"),
     (lambda: (t(1, 2, 64, 272, dtype=torch.float32), state()[1]), InputError,
      r"initial_state kv must be \(B, H, Dv, 273\) = \(1, 2, 64, 273\), got \(1, 2, 64, 272\)"),
     (lambda: (state()[0], t(2, 2, F, dtype=torch.float32)), InputError,
