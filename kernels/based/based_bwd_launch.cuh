@@ -87,9 +87,9 @@ template <typename T> cudaError_t launch_backward(const bwd_problem &p, const bw
         row_prep_args<T> a{static_cast<const T *>(p.o.ptr), static_cast<const T *>(p.d_o.ptr), p.o.stride_b, p.o.stride_h,
                            p.o.stride_n, p.d_o.stride_b, p.d_o.stride_h, p.d_o.stride_n, p.den, rinv, dd, p.heads, p.len,
                            s.padded_len, p.value_dim, int64_t(s.row_floats), p.eps, p.normalize};
-        constexpr int ROWS_PER_BLOCK = 8; // one warp each
+        constexpr int THREADS = 256, ROWS_PER_BLOCK = THREADS / BWD_ROW_LANES;
         const unsigned blocks = unsigned((s.row_floats + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-        based_bwd_rows<T><<<blocks, ROWS_PER_BLOCK * 32, 0, stream>>>(a);
+        based_bwd_rows<T><<<blocks, THREADS, 0, stream>>>(a);
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
     cudaError_t e;

@@ -111,6 +111,13 @@ def test_gradients(normalize, n, dv, initial, final):
           what=f"normalize={normalize} n={n} dv={dv} initial={initial} final={final}")
 
 
+@pytest.mark.parametrize("n", [63, 64, 65, 127, 128, 129, 255, 256, 384])
+@pytest.mark.parametrize("dv", [16, 64, 128])
+def test_chunk_edges(n, dv):
+    """Lengths around the passes' chunks of 128 tokens and their halves of 64 (each half one consumer's rows)."""
+    check(2, 2, n, dv, torch.bfloat16, True, True, True, what=f"n={n} dv={dv}")
+
+
 @pytest.mark.parametrize("scale", [0.5, -0.3, 0.0])
 def test_scale(scale):
     check(1, 2, 200, 64, torch.bfloat16, True, True, True, scale=scale, what=f"scale={scale}")
