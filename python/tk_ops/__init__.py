@@ -9,6 +9,7 @@
     o, state = tk_ops.based(q, k, v, output_final_state=True)  # Based linear attention, (B, H, N, 16 / Dv)
     o_t = tk_ops.based_step(q_t, k_t, v_t, state)   # one decoding step, the state updated in place
     mixer = tk_ops.nn.BasedLinearAttention(1024, 16)  # projections and Based linear attention, with step()
+    y = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, D=D, dt_softplus=True)  # Mamba-2 SSD scan, (b, l, h, p); forward
     tk_ops.reference                                # float64 PyTorch references of every op
 
 Importing never needs the compiled extension; ops load it on first use and raise a clear error
@@ -21,7 +22,8 @@ from .errors import TkOpsError
 from .gemm import matmul, scaled_mm
 from .attention import attention, attention_with_lse
 from .based import based, based_step
+from .mamba2 import mamba2_chunk_scan
 from . import nn, reference
 
-__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "based", "based_step", "nn", "reference", "errors",
-           "TkOpsError", "__version__"]
+__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "based", "based_step", "mamba2_chunk_scan", "nn",
+           "reference", "errors", "TkOpsError", "__version__"]

@@ -1,0 +1,338 @@
+// The Mamba-2 SSD forward: two kernels (docs/mamba2.md: the decomposition, the choices below and what they cost).
+//
+// 1. prepare_dt: dt as the scan uses it (bias, softplus, clamp) and its cumulative log-decay cum_t = sum dt A from
+//    the start of each chunk of KERNEL_CHUNK tokens, per (batch, head), in fp32 rows padded to whole chunks (dt = 0
+//    past the end, so a padded token decays nothing and adds nothing), plus the sequence ids padded with the last
+//    one. dt arrives (b, l, h) with the heads innermost; the scan wants each head's tokens contiguous for TMA.
+// 2. mamba2_fwd: the scan on the LCSF template. A task is one (batch, head); it walks the sequence chunk by chunk
+//    while the producer streams x, z, B, C and the prepared vectors of the next chunks through the ring. The two
+//    consumer warpgroups split the head dimension p: consumer c owns columns c p/2 .. of the output and of the
+//    state, whose transpose H^T (n x p/2) it keeps in fp32 accumulators. Each consumer then needs nothing from the
+//    other (no barrier between them); both compute the chunk's C B^T, which is the price of that independence.
+//    Per chunk of T = 64 tokens, with L_ij = exp(cum_i - cum_j) for j <= i:
+//      a. issue S = C B^T and Y = C H^T (the carried state, from its 16-bit image in shared memory);
+//      b. meanwhile Xw = x diag(w), w_j = exp(cum_last - cum_j) dt_j, into shared memory (the chunk-state operand);
+//      c. P = S o L o dt_j (in registers, like attention's probabilities), Y = diag(exp(cum_i)) Y + P x;
+//      d. issue H^T = exp(cum_last) H^T + B^T Xw, and while it runs finish Y: + D x, * silu(z), TMA store;
+//      e. the 16-bit image of the new state for the next chunk.
+//    seq_idx (packed sequences): pairs (i, j) of different ids drop out of P, rows whose id differs from the token
+//    before the chunk get no carried state, tokens whose id differs from the chunk's last add nothing to the state,
+//    and the carried state is dropped when the chunk's last token is in another sequence than the token before it:
+//    exactly the reference's chunked form, compared on ids held next to the decays.
+// Ragged length: TMA zero-fills x, z, B, C past the end and the prepared dt there is 0; rows past the end are
+// computed and never stored (the TMA store clips them).
+#pragma once
+
+#include "kittens.cuh"
+#include "mamba2.h"
+
+namespace tk_mamba2 {
+using namespace kittens;
+
+// ---------------------------------------------------------------- the dt pass
+
+inline constexpr int PREP_HEADS = 32;   // heads per block: one 128-byte row of dt per token
+inline constexpr int PREP_THREADS = 256;
+// Above it mamba_ssm's softplus is the identity (torch's default threshold).
+inline constexpr float SOFTPLUS_THRESHOLD = 20.f;
+
+struct prep_args {
+    const float *dt, *A, *dt_bias;
+    const int *seq_idx;
+    float *dt_out, *cum_out; // (b, h, padded_len)
+    float *seq_out;          // (b, padded_len): the ids' bits, read by TMA as fp32 words
+    int batch, len, heads, padded_len, chunks;
+    int softplus;
+    float dt_min, dt_max;
+};
+
+// One block per (batch row and chunk, block of PREP_HEADS heads): the chunk's dt rows are read coalesced into shared
+// memory, then each warp scans the chunk of one head at a time (two tokens per lane).
+__global__ void __launch_bounds__(PREP_THREADS) prepare_dt(const __grid_constant__ prep_args a) {
+    __shared__ float tile[KERNEL_CHUNK][PREP_HEADS + 1];
+    const int b = blockIdx.x / a.chunks, chunk = blockIdx.x - b * a.chunks, h0 = blockIdx.y * PREP_HEADS;
+    const int t0 = chunk * KERNEL_CHUNK;
+    for (int i = threadIdx.x; i < KERNEL_CHUNK * PREP_HEADS; i += PREP_THREADS) {
+        const int tok = i / PREP_HEADS, hh = i % PREP_HEADS, h = h0 + hh, t = t0 + tok;
+        float v = 0.f;
+        if (t < a.len && h < a.heads) {
+            v = a.dt[(size_t(b) * a.len + t) * a.heads + h];
+            if (a.dt_bias) v += a.dt_bias[h];
+            if (a.softplus) v = v > SOFTPLUS_THRESHOLD ? v : log1pf(expf(v));
+            v = fminf(fmaxf(v, a.dt_min), a.dt_max);
+        }
+        tile[tok][hh] = v;
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
+    for (int hh = warp; hh < PREP_HEADS; hh += PREP_THREADS / WARP_THREADS) {
+        const int h = h0 + hh;
+        if (h >= a.heads) break;
+        const float A = a.A[h];
+        const float d0 = tile[2 * lane][hh], d1 = tile[2 * lane + 1][hh];
+        const float c0 = d0 * A, pair = c0 + d1 * A;
+        float incl = pair; // inclusive scan of the lanes' pair sums
+#pragma unroll
+        for (int o = 1; o < WARP_THREADS; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
+        }
+        const size_t at = (size_t(b) * a.heads + h) * a.padded_len + t0 + 2 * lane;
+        *reinterpret_cast<float2 *>(a.dt_out + at) = make_float2(d0, d1);
+        *reinterpret_cast<float2 *>(a.cum_out + at) = make_float2(incl - pair + c0, incl);
+    }
+    if (a.seq_idx && blockIdx.y == 0 && threadIdx.x < KERNEL_CHUNK) {
+        const int t = t0 + threadIdx.x;
+        // Padding takes the last token's id, so that the chunk's last id is the last valid token's.
+        a.seq_out[size_t(b) * a.padded_len + t] = __int_as_float(a.seq_idx[size_t(b) * a.len + min(t, a.len - 1)]);
+    }
+}
+
+// ---------------------------------------------------------------- the scan
+
+template <typename T, int P, int N> struct mamba2_fwd {
+    static_assert(supported_dim(P) && supported_dim(N), "Mamba-2 forward: p and n are 64 or 128");
+    static constexpr int CHUNK = KERNEL_CHUNK;
+    static constexpr int P_HALF = P / 2; // head-dimension columns per consumer
+    static constexpr int NUM_CONSUMERS = 2;
+    // Two consumers and a producer: 384 threads, so ptxas fits each thread in 168 registers.
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+
+    using x_tile = st<T, CHUNK, P_HALF>; // one consumer's columns of x, z, Xw and the output
+    using bc_tile = st<T, CHUNK, N>;
+    using vec = sv_fl<CHUNK>;
+    using image_tile = st<T, N, P_HALF>; // H^T in 16 bits: the B operand of C H^T
+    using x_gl = gl<T, -1, -1, -1, -1, x_tile>;
+    using bc_gl = gl<T, -1, -1, -1, -1, bc_tile>;
+    using vec_gl = gl<float, -1, -1, -1, -1, vec>;
+    using T2 = typename base_types::packed_t<T>;
+
+    struct globals {
+        x_gl x, z, out;     // (b, h, l, p) views
+        bc_gl B, C;         // (b, g, l, n) views
+        vec_gl dt, cum;     // (b, h, 1, padded_len)
+        vec_gl seq;         // (b, 1, 1, padded_len)
+        const float *D;     // (h,) or (h, p), or null
+        const float *initial_states;
+        float *final_states;
+        int D_per_channel, heads, heads_per_group, chunks, num_tasks, has_z, has_seq;
+    };
+    struct input_block {
+        x_tile x[NUM_CONSUMERS], z[NUM_CONSUMERS];
+        bc_tile B, C;
+        vec dt, cum, seq;
+    };
+    struct output_block {
+        x_tile xw[NUM_CONSUMERS];
+        image_tile image[NUM_CONSUMERS];
+        x_tile staging[NUM_CONSUMERS]; // the output on its way to the TMA store
+    };
+    // As many stages as fit next to the output block and the ring's semaphores (at most 4).
+    static constexpr int INPUT_STAGES = [] {
+        const int fit = int((MAX_SHARED_MEMORY - sizeof(output_block) - 2048) / sizeof(input_block));
+        return fit < 4 ? fit : 4;
+    }();
+    static_assert(INPUT_STAGES >= 2, "Mamba-2 forward: the ring needs two stages at least");
+
+    struct consumer_state {
+        rt_fl<N / 4, P_HALF> h; // H^T: warp w holds state rows 64 i + 16 w .. of slab i, this consumer's p columns
+        int prev_seq;           // the id of the token before the chunk (0 before the first)
+    };
+    struct task {
+        int b, h, iters;
+    };
+
+    __device__ static inline bool get_task(const globals &g, int id, task &t) {
+        if (id >= g.num_tasks) return false;
+        // Heads of one group are neighbours in time, so their B and C tiles come from L2.
+        t.b = id / g.heads;
+        t.h = id - t.b * g.heads;
+        t.iters = g.chunks;
+        return true;
+    }
+
+    __device__ static inline void load(lcsf::producer_args<mamba2_fwd> &p) {
+        const globals &g = p.g;
+        const int b = p.task.b, h = p.task.h, grp = h / g.heads_per_group, i = p.iter;
+        constexpr uint32_t x_bytes = tma::transfer_bytes<x_tile>::value, bc_bytes = tma::transfer_bytes<bc_tile>::value,
+                           v_bytes = tma::transfer_bytes<vec>::value;
+        uint32_t bytes = NUM_CONSUMERS * x_bytes + 2 * bc_bytes + 2 * v_bytes;
+        if (g.has_z) bytes += NUM_CONSUMERS * x_bytes;
+        if (g.has_seq) bytes += v_bytes;
+        tma::expect_bytes(p.arrived, bytes);
+#pragma unroll
+        for (int c = 0; c < NUM_CONSUMERS; c++) {
+            tma::load_async(p.input.x[c], g.x, {b, h, i, c}, p.arrived);
+            if (g.has_z) tma::load_async(p.input.z[c], g.z, {b, h, i, c}, p.arrived);
+        }
+        tma::load_async(p.input.B, g.B, {b, grp, i, 0}, p.arrived);
+        tma::load_async(p.input.C, g.C, {b, grp, i, 0}, p.arrived);
+        tma::load_async(p.input.dt, g.dt, {b, h, 0, i}, p.arrived);
+        tma::load_async(p.input.cum, g.cum, {b, h, 0, i}, p.arrived);
+        if (g.has_seq) tma::load_async(p.input.seq, g.seq, {b, 0, 0, i}, p.arrived);
+    }
+
+    // The state row (index into n) of a pair of the state accumulator: slab i, this warp's 16 rows.
+    __device__ static inline int state_row(const pair_pos &p) {
+        return 64 * p.i + warpgroup::warp_row0() + (p.row - TILE_DIM * p.i);
+    }
+    // Where this consumer's columns of the (b, h, p, n) state of the task start.
+    __device__ static inline size_t state_offset(const globals &g, const task &t, int consumer) {
+        return (size_t(t.b) * g.heads + t.h) * size_t(P) * N + size_t(consumer) * P_HALF * N;
+    }
+
+    // The 16-bit image of this consumer's state, for the next chunk's C H^T.
+    __device__ static inline void write_image(lcsf::consumer_args<mamba2_fwd> &c) {
+        rt<T, N / 4, P_HALF> image;
+        copy(image, c.state.h);
+        warpgroup::store(c.output.image[c.consumer], image);
+        async_proxy_fence(); // read by wgmma (the async proxy) after the barrier
+        warpgroup::sync();
+    }
+
+    __device__ static inline void setup(lcsf::consumer_args<mamba2_fwd> &c) {
+        const globals &g = c.g;
+        c.state.prev_seq = 0;
+        const float *init = g.initial_states ? g.initial_states + state_offset(g, c.task, c.consumer) : nullptr;
+        for_each_pair([&](pair_pos p, float2 &s) {
+            const int n = state_row(p);
+            s.x = init ? init[size_t(p.col) * N + n] : 0.f;
+            s.y = init ? init[size_t(p.col + 1) * N + n] : 0.f;
+        }, c.state.h);
+        write_image(c);
+    }
+
+    __device__ static inline int seq_at(const input_block &in, bool has_seq, int t) {
+        return has_seq ? __float_as_int(in.seq.data[t]) : 0;
+    }
+
+    __device__ static inline void compute(lcsf::consumer_args<mamba2_fwd> &c) {
+        const globals &g = c.g;
+        input_block &in = c.input;
+        output_block &out = c.output;
+        const int me = c.consumer;
+        const int warp_row0 = warpgroup::warp_row0();
+        const bool has_seq = g.has_seq;
+
+        // a. The tensor cores start on S = C B^T and on the carried state's part of the output, C H^T.
+        rt_fl<TILE_DIM, CHUNK> s;
+        rt_fl<TILE_DIM, P_HALF> y;
+        warpgroup::mm_ABt(s, in.C, in.B);
+        warpgroup::mm_AB(y, in.C, out.image[me]);
+
+        // b. Meanwhile: this lane's two rows (tokens) and Xw = x diag(w) for the chunk state.
+        const float cum_last = in.cum.data[CHUNK - 1];
+        const int seq_last = seq_at(in, has_seq, CHUNK - 1);
+        const int prev_seq = c.state.prev_seq;
+        float cum_row[2], row_scale[2], w_row[2];
+        int seq_row[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int t = warp_row0 + lane_row(0, r);
+            cum_row[r] = in.cum.data[t];
+            seq_row[r] = seq_at(in, has_seq, t);
+            // Select rather than multiply by 0: a dropped term must not turn an overflowing decay into NaN.
+            row_scale[r] = seq_row[r] == prev_seq ? __expf(cum_row[r]) : 0.f;
+            w_row[r] = seq_row[r] == seq_last ? __expf(cum_last - cum_row[r]) * in.dt.data[t] : 0.f;
+        }
+        rt<T, TILE_DIM, P_HALF> x, xw;
+        warpgroup::load(x, in.x[me]);
+        for_each_pair([&](pair_pos p, const T2 &v, T2 &o) {
+            float2 f = base_types::convertor<float2, T2>::convert(v);
+            f.x *= w_row[p.half];
+            f.y *= w_row[p.half];
+            o = base_types::convertor<T2, float2>::convert(f);
+        }, x, xw);
+        warpgroup::store(out.xw[me], xw);
+        async_proxy_fence(); // Xw is read by wgmma after the barrier below
+
+        // c. P = S o L o dt (causal, same sequence), then Y = diag(exp(cum_i)) C H^T + P x.
+        warpgroup::mma_async_wait(s, y);
+        for_each_pair([&](pair_pos p, float2 &v) {
+            const int i = warp_row0 + p.row, j = p.col;
+            const float2 cj = *reinterpret_cast<const float2 *>(&in.cum.data[j]);
+            const float2 dj = *reinterpret_cast<const float2 *>(&in.dt.data[j]);
+            const float ci = cum_row[p.half];
+            bool ok0 = j <= i, ok1 = j + 1 <= i;
+            if (has_seq) {
+                ok0 = ok0 && seq_at(in, true, j) == seq_row[p.half];
+                ok1 = ok1 && seq_at(in, true, j + 1) == seq_row[p.half];
+            }
+            v.x = ok0 ? v.x * (__expf(ci - cj.x) * dj.x) : 0.f;
+            v.y = ok1 ? v.y * (__expf(ci - cj.y) * dj.y) : 0.f;
+        }, s);
+        rt<T, TILE_DIM, CHUNK> pt;
+        copy(pt, s);
+        for_each_pair([&](pair_pos p, float2 &v) {
+            v.x = row_scale[p.half] != 0.f ? v.x * row_scale[p.half] : 0.f;
+            v.y = row_scale[p.half] != 0.f ? v.y * row_scale[p.half] : 0.f;
+        }, y);
+        warpgroup::mma_AB(y, pt, in.x[me]);
+
+        // d. The state: H^T = exp(cum_last) H^T + B^T Xw, the carried part dropped when the chunk's last token starts
+        // another sequence than the token before the chunk.
+        const bool carry = seq_last == prev_seq;
+        const float decay = __expf(cum_last);
+        for_each_pair([&](pair_pos, float2 &v) {
+            v.x = carry ? v.x * decay : 0.f;
+            v.y = carry ? v.y * decay : 0.f;
+        }, c.state.h);
+        c.state.prev_seq = seq_last;
+        warpgroup::sync(); // every warp's rows of Xw are written
+        warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
+
+        // While the state product runs, finish the output: + D x, * silu(z), in fp32 until the store.
+        warpgroup::mma_async_wait<1>(y);
+        if (g.D) {
+            const float *d = g.D + (g.D_per_channel ? size_t(c.task.h) * P + me * P_HALF : size_t(c.task.h));
+            const int per_channel = g.D_per_channel;
+            for_each_pair([&](pair_pos p, float2 &v, const T2 &xv) {
+                const float2 xf = base_types::convertor<float2, T2>::convert(xv);
+                const float d0 = per_channel ? __ldg(d + p.col) : __ldg(d);
+                const float d1 = per_channel ? __ldg(d + p.col + 1) : d0;
+                v.x = fmaf(d0, xf.x, v.x);
+                v.y = fmaf(d1, xf.y, v.y);
+            }, y, x);
+        }
+        if (g.has_z) {
+            rt<T, TILE_DIM, P_HALF> z;
+            warpgroup::load(z, in.z[me]);
+            for_each_pair([&](pair_pos, float2 &v, const T2 &zv) {
+                const float2 zf = base_types::convertor<float2, T2>::convert(zv);
+                v.x *= zf.x / (1.f + __expf(-zf.x));
+                v.y *= zf.y / (1.f + __expf(-zf.y));
+            }, y, z);
+        }
+        rt<T, TILE_DIM, P_HALF> o;
+        copy(o, y);
+        // The previous chunk's store must have finished reading the staging tile.
+        if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
+        warpgroup::sync();
+        warpgroup::store(out.staging[me], o);
+        async_proxy_fence();
+        warpgroup::sync();
+        if (warpgroup::laneid() == 0) {
+            tma::store_async(g.out, out.staging[me], {c.task.b, c.task.h, c.iter, me});
+            tma::store_commit_group();
+        }
+
+        // e. The new state's image; the barrier in write_image also keeps the next chunk's Xw writes behind this
+        // chunk's state product on every warp.
+        warpgroup::mma_async_wait(c.state.h);
+        write_image(c);
+    }
+
+    // The final state, if asked for: this consumer's p columns of (b, h, p, n).
+    __device__ static inline void finish(lcsf::consumer_args<mamba2_fwd> &c) {
+        const globals &g = c.g;
+        if (!g.final_states) return;
+        float *dst = g.final_states + state_offset(g, c.task, c.consumer);
+        for_each_pair([&](pair_pos p, const float2 &s) {
+            const int n = state_row(p);
+            dst[size_t(p.col) * N + n] = s.x;
+            dst[size_t(p.col + 1) * N + n] = s.y;
+        }, c.state.h);
+    }
+};
+
+} // namespace tk_mamba2

@@ -1,0 +1,210 @@
+"""tk_ops.mamba2_chunk_scan (Mamba-2 SSD, forward) against the float64 reference on the GPU: p and n in {64, 128},
+bf16 and fp16, every option of the signature (D per head and per channel, z, dt_bias, softplus, dt_limit, initial and
+final states, seq_idx with and without initial states), g in {1, 2, h}, chunk sizes 64 / 128 / 256, lengths from 1 to
+4097, strided inputs, and outputs poisoned before the run (the argument rules themselves are tested on the CPU,
+tests/cpu/test_mamba2_api.py). Skipped unless the 'mamba2' family is in the build."""
+import math
+
+import pytest
+import torch
+
+import tk_ops
+from tk_ops import _ext
+from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
+
+from ..util import poison, rel_err
+
+# bf16 / fp16 operands, fp32 accumulation and state: the output and the final state land between 1e-3 and 1e-2 of
+# the float64 reference.
+TOL = 1e-2
+
+
+def _mamba2_built() -> bool:
+    try:
+        return "mamba2" in _ext.built_families()
+    except Exception:  # no extension at all
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _mamba2_built(), reason="the 'mamba2' kernels are not in this build (configs.py)")
+
+
+def fresh_pool_with_nan(numel: int):
+    """Leave a poisoned (NaN) block in the caching allocator, where the op's outputs will be allocated, so an output
+    element the kernel fails to write shows."""
+    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
+    torch.cuda.synchronize()
+
+
+def problem(b, l, h, g, p, n, dtype=torch.bfloat16, softplus=False, seed=0):
+    """x, dt, A, B, C at the scales of a trained Mamba-2 layer: decays exp(dt A) between about 0.3 and 1."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, device="cuda", generator=gen)
+    x = rnd(b, l, h, p).to(dtype)
+    if softplus:  # raw dt before softplus: softplus(-3 .. -1) is 0.05 .. 0.3
+        dt = rnd(b, l, h) * 0.5 - 2.0
+    else:
+        dt = torch.rand(b, l, h, device="cuda", generator=gen) * 0.1
+    A = -torch.exp(torch.rand(h, device="cuda", generator=gen) * math.log(16.0))  # -1 .. -16, Mamba2's init
+    B = (rnd(b, l, g, n) / math.sqrt(n) * 2).to(dtype)
+    C = (rnd(b, l, g, n) / math.sqrt(n) * 2).to(dtype)
+    return x, dt, A, B, C
+
+
+def options(b, l, h, p, n, dtype, seed=1, D=None, z=False, dt_bias=False, init=False, seq=None):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, device="cuda", generator=gen)
+    kw = {}
+    if D == "head":
+        kw["D"] = rnd(h)
+    elif D == "channel":
+        kw["D"] = rnd(h, p)
+    if z:
+        kw["z"] = rnd(b, l, h, p).to(dtype)
+    if dt_bias:
+        kw["dt_bias"] = rnd(h) * 0.5
+    if init:
+        kw["initial_states"] = rnd(b, h, p, n)
+    if seq is not None:
+        kw["seq_idx"] = seq
+    return kw
+
+
+def packed_ids(b, l, starts_at_zero=True, seed=2):
+    """seq_idx of rows packing several sequences (contiguous runs of increasing ids, run lengths 1 .. l / 3)."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for r in range(b):
+        ids, cur, t = [], 0 if (starts_at_zero or r % 2 == 0) else 3, 0
+        while t < l:
+            run = int(torch.randint(1, max(2, l // 3), (1,), generator=gen))
+            ids += [cur] * min(run, l - t)
+            t += run
+            cur += 1
+        rows.append(ids)
+    return torch.tensor(rows, dtype=torch.int32, device="cuda")
+
+
+def check(x, dt, A, B, C, chunk_size=256, dt_softplus=False, dt_limit=(0.0, math.inf), what="", **kw):
+    b, l, h, p = x.shape
+    n = B.shape[-1]
+    fresh_pool_with_nan(2 * b * l * h * p + b * h * p * n)
+    out, final = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, chunk_size, dt_softplus=dt_softplus, dt_limit=dt_limit,
+                                          return_final_states=True, **kw)
+    torch.cuda.synchronize()
+    # The reference's chunked form is proven equal to the recurrence (tests/cpu/test_reference_mamba2.py) and
+    # walks long sequences faster.
+    ref, ref_final = scan_ref(x, dt, A, B, C, 256, dt_softplus=dt_softplus, dt_limit=dt_limit,
+                              return_final_states=True, form="chunked", **kw)
+    assert out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
+    assert final.shape == (b, h, p, n) and final.dtype == torch.float32
+    e_out, e_final = rel_err(out, ref), rel_err(final, ref_final)
+    assert e_out <= TOL, f"{what}: output relative error {e_out:.3e}"
+    assert e_final <= TOL, f"{what}: final state relative error {e_final:.3e}"
+    return out, final
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("p, n", [(64, 64), (64, 128), (128, 64), (128, 128)])
+def test_dims_with_every_option(p, n, dtype):
+    b, l, h, g = 2, 1000, 4, 2
+    x, dt, A, B, C = problem(b, l, h, g, p, n, dtype, softplus=True)
+    kw = options(b, l, h, p, n, dtype, D="channel", z=True, dt_bias=True, init=True)
+    check(x, dt, A, B, C, dt_softplus=True, what=f"p={p} n={n} {dtype}", **kw)
+
+
+@pytest.mark.parametrize("l", [1, 63, 64, 65, 1000, 4097])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_lengths(l, dtype):
+    b, h, g, p, n = 2, 4, 1, 64, 128
+    x, dt, A, B, C = problem(b, l, h, g, p, n, dtype)
+    check(x, dt, A, B, C, what=f"l={l}", **options(b, l, h, p, n, dtype, D="head"))
+
+
+@pytest.mark.parametrize("g", [1, 2, 6])
+def test_groups(g):
+    b, l, h, p, n = 2, 333, 6, 64, 64
+    x, dt, A, B, C = problem(b, l, h, g, p, n)
+    check(x, dt, A, B, C, what=f"g={g}", **options(b, l, h, p, n, torch.bfloat16, z=True))
+
+
+def test_chunk_size_never_changes_the_result():
+    b, l, h, g, p, n = 2, 700, 4, 2, 128, 64
+    x, dt, A, B, C = problem(b, l, h, g, p, n)
+    outs = [check(x, dt, A, B, C, chunk_size=cs, what=f"chunk {cs}")[0] for cs in (64, 128, 256)]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+@pytest.mark.parametrize("name, kw, extra", [
+    ("plain", {}, {}),
+    ("D per head", dict(D="head"), {}),
+    ("D per channel", dict(D="channel"), {}),
+    ("z", dict(z=True), {}),
+    ("dt_bias", dict(dt_bias=True), {}),
+    ("softplus", {}, dict(dt_softplus=True)),
+    ("softplus + dt_bias", dict(dt_bias=True), dict(dt_softplus=True)),
+    ("dt_limit", {}, dict(dt_limit=(0.02, 0.07))),
+    ("initial states", dict(init=True), {}),
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_options(name, kw, extra, dtype):
+    b, l, h, g, p, n = 2, 300, 4, 2, 64, 128
+    x, dt, A, B, C = problem(b, l, h, g, p, n, dtype, softplus=extra.get("dt_softplus", False))
+    if name == "dt_bias":
+        dt = dt - 0.3  # some dt + bias below 0: clamped to 0 by the default limits
+    check(x, dt, A, B, C, what=name, **extra, **options(b, l, h, p, n, dtype, **kw))
+
+
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("starts_at_zero", [True, False])
+@pytest.mark.parametrize("l, p, n", [(1000, 64, 128), (257, 128, 64), (64, 64, 64)])
+def test_seq_idx(init, starts_at_zero, l, p, n):
+    b, h, g = 3, 4, 2
+    x, dt, A, B, C = problem(b, l, h, g, p, n)
+    seq = packed_ids(b, l, starts_at_zero)
+    check(x, dt, A, B, C, what=f"seq_idx l={l}",
+          **options(b, l, h, p, n, torch.bfloat16, D="head", z=True, init=init, seq=seq))
+
+
+def test_packed_rows_equal_separate_sequences():
+    b, l, h, g, p, n = 1, 400, 4, 1, 64, 64
+    x, dt, A, B, C = problem(b, l, h, g, p, n)
+    cut = 150
+    seq = torch.cat([torch.zeros(1, cut), torch.ones(1, l - cut)], 1).int().cuda()
+    packed = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, seq_idx=seq)
+    first = tk_ops.mamba2_chunk_scan(x[:, :cut], dt[:, :cut], A, B[:, :cut], C[:, :cut])
+    second = tk_ops.mamba2_chunk_scan(x[:, cut:], dt[:, cut:], A, B[:, cut:], C[:, cut:])
+    assert rel_err(packed, torch.cat([first, second], 1)) <= TOL
+
+
+def test_prefill_in_two_calls_equals_one():
+    b, l, h, g, p, n = 2, 600, 4, 2, 128, 128
+    x, dt, A, B, C = problem(b, l, h, g, p, n)
+    whole, whole_final = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, return_final_states=True)
+    cut = 201
+    first, mid = tk_ops.mamba2_chunk_scan(x[:, :cut], dt[:, :cut], A, B[:, :cut], C[:, :cut],
+                                          return_final_states=True)
+    second, final = tk_ops.mamba2_chunk_scan(x[:, cut:], dt[:, cut:], A, B[:, cut:], C[:, cut:], initial_states=mid,
+                                             return_final_states=True)
+    assert rel_err(torch.cat([first, second], 1), whole) <= TOL
+    assert rel_err(final, whole_final) <= TOL
+
+
+def test_strided_inputs():
+    """x, z, B, C and dt as slices of one fused projection (what Mamba2's in_proj gives) are read as they are."""
+    b, l, h, g, p, n = 2, 500, 4, 2, 64, 128
+    width = 2 * h * p + 2 * g * n + h
+    zxbcdt = torch.randn(b, l, width, device="cuda").to(torch.bfloat16)
+    z, xs, Bs, Cs, dts = torch.split(zxbcdt, [h * p, h * p, g * n, g * n, h], dim=-1)
+    x, z = xs.view(b, l, h, p), z.view(b, l, h, p)
+    B, C = (Bs.view(b, l, g, n) * 0.2), Cs.view(b, l, g, n) * 0.2
+    dt = dts.float()  # (b, l, h) with the row stride of the projection
+    A = -torch.rand(h, device="cuda") * 4 - 1
+    check(x, dt, A, B, C, dt_softplus=True, z=z, D=torch.randn(h, device="cuda"), what="strided")
+
+
+def test_no_final_states_by_default():
+    x, dt, A, B, C = problem(1, 70, 2, 1, 64, 64)
+    out = tk_ops.mamba2_chunk_scan(x, dt, A, B, C)
+    assert isinstance(out, torch.Tensor) and out.shape == x.shape
+    assert rel_err(out, scan_ref(x, dt, A, B, C)) <= TOL
