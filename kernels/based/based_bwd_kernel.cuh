@@ -194,7 +194,7 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_base {
     // Phi(X)^T columns 2p, 2p + 1 (tokens of the chunk), state rows F0 .. F0 + N - 1, into tile_of.operator()<F>()
     // (the pair tile holding row F); packed products, one multiply per two tokens.
     template <int F0, int N, typename TileOf>
-    __device__ static inline void build_pair_features(TileOf &&tile_of, const input_block &in, const qk_tile (&x16)[2], int p) {
+    __device__ static inline void build_pair_features(TileOf &&tile_of, const qk_tile (&x16)[2], int p) {
         const qk_tile &x = x16[p / (HALF / 2)];
         const int r = 2 * p % HALF;
         uint32_t w0[8], w1[8];
@@ -219,16 +219,16 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_base {
 
     // Phi(X)^T for the state rows of consumer `me` (BIG: rows 0..127, the other: 128..159), 256 threads x 64 pairs.
     template <int BIG, typename TileOf>
-    __device__ static inline void build_state_features(TileOf &&tile_of, const input_block &in, const qk_tile (&x16)[2], int me) {
+    __device__ static inline void build_state_features(TileOf &&tile_of, const qk_tile (&x16)[2], int me) {
         const int t = warpgroup::laneid();
         const int p = t % (CHUNK / 2), part = t / (CHUNK / 2);
         if (me == BIG) {
-            if (part == 0) build_pair_features<0, HALF>(tile_of, in, x16, p);
-            else build_pair_features<HALF, HALF>(tile_of, in, x16, p);
+            if (part == 0) build_pair_features<0, HALF>(tile_of, x16, p);
+            else build_pair_features<HALF, HALF>(tile_of, x16, p);
         } else {
             constexpr int N = (FEATURES - 2 * HALF) / 2; // rows 128 .. 159; 160 .. 191 stay zero from setup
-            if (part == 0) build_pair_features<2 * HALF, N>(tile_of, in, x16, p);
-            else build_pair_features<2 * HALF + N, N>(tile_of, in, x16, p);
+            if (part == 0) build_pair_features<2 * HALF, N>(tile_of, x16, p);
+            else build_pair_features<2 * HALF + N, N>(tile_of, x16, p);
         }
     }
 
@@ -435,6 +435,24 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dq : based_bwd_base<T
         async_proxy_fence();
     }
 
+    // The forward's state update of block m (S^T += Phi(K)^T V and the feature sums against a tile of ones), issued.
+    __device__ static inline void update_block(lcsf::consumer_args<based_bwd_dq> &c, int m, rt_fl<TILE_DIM, TILE_DIM> &sums) {
+        pair_tile &kf = c.output.k_features[c.consumer == 0 ? m : 2];
+        warpgroup::mma_AB(c.state.s[m], kf.template chunk<0>(), c.input.v[0]);
+        warpgroup::mma_AB(c.state.s[m], kf.template chunk<1>(), c.input.v[1], wgmma::chained);
+        warpgroup::mm_AB(sums, kf.template chunk<0>(), c.output.ones);
+        warpgroup::mma_AB(sums, kf.template chunk<1>(), c.output.ones, wgmma::chained);
+    }
+    // Block m's feature sums into z and its rows of the images, once its update has completed.
+    __device__ static inline void finish_block(lcsf::consumer_args<based_bwd_dq> &c, int m, const rt_fl<TILE_DIM, TILE_DIM> &sums,
+                                               int parity) {
+        const int row0 = base::template block_row0<BIG>(c.consumer, m) + warpgroup::warp_row0();
+        for_each_pair([&](pair_pos p, const float2 &d) {
+            if (p.col == 0) c.output.z[row0 + p.row] += d.x;
+        }, const_cast<rt_fl<TILE_DIM, TILE_DIM> &>(sums));
+        write_images(c, m, parity);
+    }
+
     __device__ static inline void compute(lcsf::consumer_args<based_bwd_dq> &c) {
         using T2 = typename base::T2;
         const globals &g = c.g;
@@ -459,7 +477,7 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dq : based_bwd_base<T
             warpgroup::mm_ABt(dp, c.input.dout[me], c.input.v[h]);
             if (h == 0) {
                 base::template build_state_features<BIG>(
-                    [&]<int F>() -> pair_tile & { return c.output.k_features[F / HALF]; }, c.input, c.input.k, me);
+                    [&]<int F>() -> pair_tile & { return c.output.k_features[F / HALF]; }, c.input.k, me);
                 async_proxy_fence();
             }
             warpgroup::mma_async_wait(s, dp);
@@ -476,8 +494,12 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dq : based_bwd_base<T
             warpgroup::mma_async_wait(dq);
         }
 
-        // 2. Inter-chunk, once both consumers have written the images of the state before this chunk.
+        // 2. The barrier: the images of the state before this chunk are complete, and so are this consumer's key
+        // features. The state update of the first block (the forward's S^T += Phi(K)^T V and the feature sums) is
+        // issued first and runs under the inter-chunk contraction, which neither reads nor writes what it touches.
         base::consumers_sync();
+        rt_fl<TILE_DIM, TILE_DIM> sums[STATE_BLOCKS];
+        update_block(c, 0, sums[0]);
         if (c.iter > 0 || g.state0 || g.sum0) {
             const int parity = (c.iter + 1) & 1;
             rt_fl<TILE_DIM, DK> u; // Q (scale^2 Z): the dD term's quadratic part
@@ -501,23 +523,16 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dq : based_bwd_base<T
             tma::store_commit_group();
         }
 
-        // 4. The forward's state update per block of 64 state rows, then the images of this chunk's parity.
+        // 4. The updated state's images, of this chunk's parity; consumer 0's second block is updated after the first
+        // one's images are written (with its product in flight over them, or over the contraction, ptxas serialises
+        // every wgmma).
         const int parity = c.iter & 1;
-#pragma unroll
-        for (int m = 0; m < STATE_BLOCKS; m++) {
-            if (m >= base::template blocks_of<BIG>(me)) break;
-            pair_tile &kf = c.output.k_features[me == 0 ? m : 2];
-            rt_fl<TILE_DIM, TILE_DIM> sums;
-            warpgroup::mma_AB(c.state.s[m], kf.template chunk<0>(), c.input.v[0]);
-            warpgroup::mma_AB(c.state.s[m], kf.template chunk<1>(), c.input.v[1], wgmma::chained);
-            warpgroup::mm_AB(sums, kf.template chunk<0>(), c.output.ones);
-            warpgroup::mma_AB(sums, kf.template chunk<1>(), c.output.ones, wgmma::chained);
-            warpgroup::mma_async_wait(c.state.s[m], sums);
-            const int row0 = base::template block_row0<BIG>(me, m) + warp_row0;
-            for_each_pair([&](pair_pos p, const float2 &d) {
-                if (p.col == 0) c.output.z[row0 + p.row] += d.x;
-            }, sums);
-            write_images(c, m, parity);
+        warpgroup::mma_async_wait(c.state.s[0], sums[0]);
+        finish_block(c, 0, sums[0], parity);
+        if (me == 0) {
+            update_block(c, 1, sums[1]);
+            warpgroup::mma_async_wait(c.state.s[1], sums[1]);
+            finish_block(c, 1, sums[1], parity);
         }
         warpgroup::sync(); // z rows of the other warps
         write_sums(c, parity);
@@ -743,8 +758,8 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
 
         // 5. R^T += omega Phi(Q)^T dN and RD += omega Phi(Q)^T dD over the chunk's 128 queries, per block of 64 rows.
         base::template build_state_features<BIG>(
-            [&]<int F>() -> pair_tile & { return query_features(c.output, me, F < 2 * HALF ? F / HALF : 0); }, c.input,
-            c.input.q, me);
+            [&]<int F>() -> pair_tile & { return query_features(c.output, me, F < 2 * HALF ? F / HALF : 0); }, c.input.q,
+            me);
         async_proxy_fence();
         warpgroup::sync();
         if (warpgroup::laneid() == 0) {
