@@ -4,11 +4,13 @@
 //    the start of each chunk of KERNEL_CHUNK tokens, per (batch, head), in fp32 rows padded to whole chunks (dt = 0
 //    past the end, so a padded token decays nothing and adds nothing), plus the sequence ids padded with the last
 //    one. dt arrives (b, l, h) with the heads innermost; the scan wants each head's tokens contiguous for TMA.
-// 2. mamba2_fwd: the scan on the LCSF template. A task is one (batch, head); it walks the sequence chunk by chunk
-//    while the producer streams x, z, B, C and the prepared vectors of the next chunks through the ring. The two
-//    consumer warpgroups split the head dimension p: consumer c owns columns c p/2 .. of the output and of the
-//    state, whose transpose H^T (n x p/2) it keeps in fp32 accumulators. Each consumer then needs nothing from the
-//    other (no barrier between them); both compute the chunk's C B^T, which is the price of that independence.
+// 2. mamba2_fwd: the scan on the LCSF template. A task walks the sequence chunk by chunk while the producer streams
+//    x, z, B, C and the prepared vectors of the next chunks through the ring. Each of the two consumer warpgroups owns
+//    one block of COLS head-dimension columns of one head and keeps its state H^T (n x COLS) in fp32 accumulators:
+//    with HEAD_PAIR (p = 64, an even number of heads per group) a task is two heads of one group, one per consumer,
+//    all p columns each; otherwise a task is one head whose p columns the consumers split in halves. Either way a
+//    consumer needs nothing from the other (no barrier between them); the price is that C B^T, which the heads of a
+//    group share, is computed once per consumer.
 //    Per chunk of T = 64 tokens, with L_ij = exp(cum_i - cum_j) for j <= i:
 //      a. issue S = C B^T and Y = C H^T (the carried state, from its 16-bit image in shared memory);
 //      b. meanwhile Xw = x diag(w), w_j = exp(cum_last - cum_j) dt_j, into shared memory (the chunk-state operand);
@@ -90,18 +92,22 @@ __global__ void __launch_bounds__(PREP_THREADS) prepare_dt(const __grid_constant
 
 // ---------------------------------------------------------------- the scan
 
-template <typename T, int P, int N> struct mamba2_fwd {
+template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
     static_assert(supported_dim(P) && supported_dim(N), "Mamba-2 forward: p and n are 64 or 128");
+    static_assert(!HEAD_PAIR || P == 64, "Mamba-2 forward: a consumer holds a whole head's state only for p = 64");
     static constexpr int CHUNK = KERNEL_CHUNK;
-    static constexpr int P_HALF = P / 2; // head-dimension columns per consumer
+    // Head pairs: a task takes two heads of one group, one per consumer, each with all p columns. Otherwise a task is
+    // one head and the consumers split its p columns.
+    static constexpr int HEADS_PER_TASK = HEAD_PAIR ? 2 : 1;
+    static constexpr int COLS = HEAD_PAIR ? P : P / 2; // head-dimension columns per consumer
     static constexpr int NUM_CONSUMERS = 2;
     // Two consumers and a producer: 384 threads, so ptxas fits each thread in 168 registers.
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
-    using x_tile = st<T, CHUNK, P_HALF>; // one consumer's columns of x, z, Xw and the output
+    using x_tile = st<T, CHUNK, COLS>; // one consumer's columns of x, z, Xw and the output
     using bc_tile = st<T, CHUNK, N>;
     using vec = sv_fl<CHUNK>;
-    using image_tile = st<T, N, P_HALF>; // H^T in 16 bits: the B operand of C H^T
+    using image_tile = st<T, N, COLS>; // H^T in 16 bits: the B operand of C H^T
     using x_gl = gl<T, -1, -1, -1, -1, x_tile>;
     using bc_gl = gl<T, -1, -1, -1, -1, bc_tile>;
     using vec_gl = gl<float, -1, -1, -1, -1, vec>;
@@ -116,11 +122,13 @@ template <typename T, int P, int N> struct mamba2_fwd {
         const float *initial_states;
         float *final_states;
         int D_per_channel, heads, heads_per_group, chunks, num_tasks, has_z, has_seq;
+        int task_heads; // heads / HEADS_PER_TASK
     };
     struct input_block {
         x_tile x[NUM_CONSUMERS], z[NUM_CONSUMERS];
         bc_tile B, C;
-        vec dt, cum, seq;
+        vec dt[HEADS_PER_TASK], cum[HEADS_PER_TASK]; // per head of the task
+        vec seq;
     };
     struct output_block {
         x_tile xw[NUM_CONSUMERS];
@@ -135,18 +143,18 @@ template <typename T, int P, int N> struct mamba2_fwd {
     static_assert(INPUT_STAGES >= 2, "Mamba-2 forward: the ring needs two stages at least");
 
     struct consumer_state {
-        rt_fl<N / 4, P_HALF> h; // H^T: warp w holds state rows 64 i + 16 w .. of slab i, this consumer's p columns
+        rt_fl<N / 4, COLS> h; // H^T: warp w holds state rows 64 i + 16 w .. of slab i, this consumer's p columns
         int prev_seq;           // the id of the token before the chunk (0 before the first)
     };
     struct task {
-        int b, h, iters;
+        int b, h, iters; // h: the task's first head
     };
 
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
         // Heads of one group are neighbours in time, so their B and C tiles come from L2.
-        t.b = id / g.heads;
-        t.h = id - t.b * g.heads;
+        t.b = id / g.task_heads;
+        t.h = (id - t.b * g.task_heads) * HEADS_PER_TASK;
         t.iters = g.chunks;
         return true;
     }
@@ -156,21 +164,29 @@ template <typename T, int P, int N> struct mamba2_fwd {
         const int b = p.task.b, h = p.task.h, grp = h / g.heads_per_group, i = p.iter;
         constexpr uint32_t x_bytes = tma::transfer_bytes<x_tile>::value, bc_bytes = tma::transfer_bytes<bc_tile>::value,
                            v_bytes = tma::transfer_bytes<vec>::value;
-        uint32_t bytes = NUM_CONSUMERS * x_bytes + 2 * bc_bytes + 2 * v_bytes;
+        uint32_t bytes = NUM_CONSUMERS * x_bytes + 2 * bc_bytes + 2 * HEADS_PER_TASK * v_bytes;
         if (g.has_z) bytes += NUM_CONSUMERS * x_bytes;
         if (g.has_seq) bytes += v_bytes;
         tma::expect_bytes(p.arrived, bytes);
 #pragma unroll
         for (int c = 0; c < NUM_CONSUMERS; c++) {
-            tma::load_async(p.input.x[c], g.x, {b, h, i, c}, p.arrived);
-            if (g.has_z) tma::load_async(p.input.z[c], g.z, {b, h, i, c}, p.arrived);
+            tma::load_async(p.input.x[c], g.x, {b, head_of(p.task, c), i, column_block(c)}, p.arrived);
+            if (g.has_z) tma::load_async(p.input.z[c], g.z, {b, head_of(p.task, c), i, column_block(c)}, p.arrived);
         }
         tma::load_async(p.input.B, g.B, {b, grp, i, 0}, p.arrived);
         tma::load_async(p.input.C, g.C, {b, grp, i, 0}, p.arrived);
-        tma::load_async(p.input.dt, g.dt, {b, h, 0, i}, p.arrived);
-        tma::load_async(p.input.cum, g.cum, {b, h, 0, i}, p.arrived);
+#pragma unroll
+        for (int k = 0; k < HEADS_PER_TASK; k++) {
+            tma::load_async(p.input.dt[k], g.dt, {b, h + k, 0, i}, p.arrived);
+            tma::load_async(p.input.cum[k], g.cum, {b, h + k, 0, i}, p.arrived);
+        }
         if (g.has_seq) tma::load_async(p.input.seq, g.seq, {b, 0, 0, i}, p.arrived);
     }
+
+    // The head consumer c works on, its first column among the head's p, and its index among the task's heads.
+    __device__ static inline int head_of(const task &t, int consumer) { return t.h + (HEAD_PAIR ? consumer : 0); }
+    __device__ static inline int column_block(int consumer) { return HEAD_PAIR ? 0 : consumer; }
+    __device__ static inline int head_slot(int consumer) { return HEAD_PAIR ? consumer : 0; }
 
     // The state row (index into n) of a pair of the state accumulator: slab i, this warp's 16 rows.
     __device__ static inline int state_row(const pair_pos &p) {
@@ -178,12 +194,12 @@ template <typename T, int P, int N> struct mamba2_fwd {
     }
     // Where this consumer's columns of the (b, h, p, n) state of the task start.
     __device__ static inline size_t state_offset(const globals &g, const task &t, int consumer) {
-        return (size_t(t.b) * g.heads + t.h) * size_t(P) * N + size_t(consumer) * P_HALF * N;
+        return (size_t(t.b) * g.heads + head_of(t, consumer)) * size_t(P) * N + size_t(column_block(consumer)) * COLS * N;
     }
 
     // The 16-bit image of this consumer's state, for the next chunk's C H^T.
     __device__ static inline void write_image(lcsf::consumer_args<mamba2_fwd> &c) {
-        rt<T, N / 4, P_HALF> image;
+        rt<T, N / 4, COLS> image;
         copy(image, c.state.h);
         warpgroup::store(c.output.image[c.consumer], image);
         async_proxy_fence(); // read by wgmma (the async proxy) after the barrier
@@ -213,15 +229,16 @@ template <typename T, int P, int N> struct mamba2_fwd {
         const int me = c.consumer;
         const int warp_row0 = warpgroup::warp_row0();
         const bool has_seq = g.has_seq;
+        const vec &dt_v = in.dt[head_slot(me)], &cum_v = in.cum[head_slot(me)];
 
         // a. The tensor cores start on S = C B^T and on the carried state's part of the output, C H^T.
         rt_fl<TILE_DIM, CHUNK> s;
-        rt_fl<TILE_DIM, P_HALF> y;
+        rt_fl<TILE_DIM, COLS> y;
         warpgroup::mm_ABt(s, in.C, in.B);
         warpgroup::mm_AB(y, in.C, out.image[me]);
 
         // b. Meanwhile: this lane's two rows (tokens) and Xw = x diag(w) for the chunk state.
-        const float cum_last = in.cum.data[CHUNK - 1];
+        const float cum_last = cum_v.data[CHUNK - 1];
         const int seq_last = seq_at(in, has_seq, CHUNK - 1);
         const int prev_seq = c.state.prev_seq;
         float cum_row[2], row_scale[2], w_row[2];
@@ -229,13 +246,13 @@ template <typename T, int P, int N> struct mamba2_fwd {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int t = warp_row0 + lane_row(0, r);
-            cum_row[r] = in.cum.data[t];
+            cum_row[r] = cum_v.data[t];
             seq_row[r] = seq_at(in, has_seq, t);
             // Select rather than multiply by 0: a dropped term must not turn an overflowing decay into NaN.
             row_scale[r] = seq_row[r] == prev_seq ? __expf(cum_row[r]) : 0.f;
-            w_row[r] = seq_row[r] == seq_last ? __expf(cum_last - cum_row[r]) * in.dt.data[t] : 0.f;
+            w_row[r] = seq_row[r] == seq_last ? __expf(cum_last - cum_row[r]) * dt_v.data[t] : 0.f;
         }
-        rt<T, TILE_DIM, P_HALF> x, xw;
+        rt<T, TILE_DIM, COLS> x, xw;
         warpgroup::load(x, in.x[me]);
         for_each_pair([&](pair_pos p, const T2 &v, T2 &o) {
             float2 f = base_types::convertor<float2, T2>::convert(v);
@@ -250,8 +267,8 @@ template <typename T, int P, int N> struct mamba2_fwd {
         warpgroup::mma_async_wait(s, y);
         for_each_pair([&](pair_pos p, float2 &v) {
             const int i = warp_row0 + p.row, j = p.col;
-            const float2 cj = *reinterpret_cast<const float2 *>(&in.cum.data[j]);
-            const float2 dj = *reinterpret_cast<const float2 *>(&in.dt.data[j]);
+            const float2 cj = *reinterpret_cast<const float2 *>(&cum_v.data[j]);
+            const float2 dj = *reinterpret_cast<const float2 *>(&dt_v.data[j]);
             const float ci = cum_row[p.half];
             bool ok0 = j <= i, ok1 = j + 1 <= i;
             if (has_seq) {
@@ -284,7 +301,8 @@ template <typename T, int P, int N> struct mamba2_fwd {
         // While the state product runs, finish the output: + D x, * silu(z), in fp32 until the store.
         warpgroup::mma_async_wait<1>(y);
         if (g.D) {
-            const float *d = g.D + (g.D_per_channel ? size_t(c.task.h) * P + me * P_HALF : size_t(c.task.h));
+            const int head = head_of(c.task, me);
+            const float *d = g.D + (g.D_per_channel ? size_t(head) * P + column_block(me) * COLS : size_t(head));
             const int per_channel = g.D_per_channel;
             for_each_pair([&](pair_pos p, float2 &v, const T2 &xv) {
                 const float2 xf = base_types::convertor<float2, T2>::convert(xv);
@@ -295,7 +313,7 @@ template <typename T, int P, int N> struct mamba2_fwd {
             }, y, x);
         }
         if (g.has_z) {
-            rt<T, TILE_DIM, P_HALF> z;
+            rt<T, TILE_DIM, COLS> z;
             warpgroup::load(z, in.z[me]);
             for_each_pair([&](pair_pos, float2 &v, const T2 &zv) {
                 const float2 zf = base_types::convertor<float2, T2>::convert(zv);
@@ -303,7 +321,7 @@ template <typename T, int P, int N> struct mamba2_fwd {
                 v.y *= zf.y / (1.f + __expf(-zf.y));
             }, y, z);
         }
-        rt<T, TILE_DIM, P_HALF> o;
+        rt<T, TILE_DIM, COLS> o;
         copy(o, y);
         // The previous chunk's store must have finished reading the staging tile.
         if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
@@ -312,7 +330,7 @@ template <typename T, int P, int N> struct mamba2_fwd {
         async_proxy_fence();
         warpgroup::sync();
         if (warpgroup::laneid() == 0) {
-            tma::store_async(g.out, out.staging[me], {c.task.b, c.task.h, c.iter, me});
+            tma::store_async(g.out, out.staging[me], {c.task.b, head_of(c.task, me), c.iter, column_block(me)});
             tma::store_commit_group();
         }
 

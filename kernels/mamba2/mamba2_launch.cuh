@@ -1,5 +1,5 @@
 // Host side of the Mamba-2 forward: the workspace layout, the dt pass, and the scan's globals (TMA maps included,
-// cached) and launch on the persistent grid (forward_for<T, P, N>, instantiated in mamba2_fwd.cu).
+// cached) and launch on the persistent grid (forward_for<P, N, HEAD_PAIR>, instantiated in mamba2_fwd.cu).
 #pragma once
 
 #include "common/globals_cache.cuh"
@@ -63,8 +63,9 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::vec_gl cum(ws + w.vec_elems, p.batch, p.heads, 1, w.padded_len);
         // Without sequence ids the map is built on the dt rows and never used.
         typename K::vec_gl seq(p.seq_idx ? ws + w.seq_offset : ws, p.batch, 1, 1, w.padded_len);
+        const int task_heads = p.heads / K::HEADS_PER_TASK;
         return G{x, z, out, B, C, dt, cum, seq, nullptr, nullptr, nullptr, 0, p.heads, p.heads / p.groups,
-                 w.chunks, p.batch * p.heads, 0, 0};
+                 w.chunks, p.batch * task_heads, 0, 0, task_heads};
     });
     // Fields that no map encodes are set per call.
     g.D = p.D;
@@ -76,9 +77,12 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 
-template <int P, int N> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {
-    if (p.type == dtype::bf16) return launch_forward<mamba2_fwd<kittens::bf16, P, N>>(p, stream);
-    return launch_forward<mamba2_fwd<kittens::half, P, N>>(p, stream);
+// Head pairs need a whole head's state per consumer (p = 64) and two heads of one group per task.
+inline bool use_head_pairs(const fwd_problem &p) { return p.head_dim == 64 && (p.heads / p.groups) % 2 == 0; }
+
+template <int P, int N, bool HEAD_PAIR> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {
+    if (p.type == dtype::bf16) return launch_forward<mamba2_fwd<kittens::bf16, P, N, HEAD_PAIR>>(p, stream);
+    return launch_forward<mamba2_fwd<kittens::half, P, N, HEAD_PAIR>>(p, stream);
 }
 
 } // namespace tk_mamba2
