@@ -26,6 +26,7 @@ REQUIRED_SASS = {
     "kernels/attention/attn_bwd_d128.cu": ["HGMMA", "UTMALDG", "UTMAREDG"],
     "kernels/based/based_fwd.cu": ["HGMMA", "UTMALDG", "UTMASTG"],
     "kernels/based/based_bwd.cu": ["HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG"],
+    "kernels/based/based_step.cu": ["LDG.E.128", "STG.E.128"],
     "kernels/mamba2/mamba2_fwd.cu": ["HGMMA", "UTMALDG"],
 }
 
