@@ -1,5 +1,5 @@
 // Register tile conversions: element type (copy), lane distribution (swap_layout) and matrix
-// transpose (transpose_sep, or as_transposed for free by changing the layout too).
+// transpose (transpose_sep).
 //
 // The fact all three layout ops rest on: a row-layout tile of X and a column-layout tile of X^T
 // hold identical registers (compare the two orders in rt_layout.cuh). Changing the layout of the
@@ -74,26 +74,6 @@ template <ducks::rt::all D, ducks::rt::all S> __device__ inline void transpose_s
 #pragma unroll
             for (int j = 0; j < S::width; j++)
                 detail::reg::transpose_quarters(dst.tiles[j][i].data, src.tiles[i][j].data);
-    }
-}
-
-// dst = src^T in the opposite layout: rt<T,R,C,L> -> rt<T,C,R,transpose L>. The registers are the same (see
-// above), so this only renames them: free. A column-layout load of a shared tile (ldmatrix.trans) followed by this
-// gives the transposed matrix as a row-layout tile, i.e. as a wgmma A operand.
-template <ducks::rt::all D, ducks::rt::all S> __device__ inline void as_transposed(D &dst, const S &src) {
-    constexpr bool same_type = std::same_as<typename D::T, typename S::T>;
-    constexpr bool transposed = D::rows == S::cols && D::cols == S::rows;
-    constexpr bool opposite = std::same_as<typename D::layout, ducks::rt_layout::transpose<typename S::layout>>;
-    static_assert(same_type, "as_transposed: dst and src must have the same element type");
-    static_assert(transposed, "as_transposed: dst must have src's shape transposed (rt<T,R,C> -> rt<T,C,R>)");
-    static_assert(opposite, "as_transposed: dst must have the opposite layout of src (row <-> col)");
-    if constexpr (same_type && transposed && opposite) {
-#pragma unroll
-        for (int i = 0; i < S::height; i++)
-#pragma unroll
-            for (int j = 0; j < S::width; j++)
-#pragma unroll
-                for (int k = 0; k < S::packed_per_tile; k++) dst.tiles[j][i].data[k] = src.tiles[i][j].data[k];
     }
 }
 

@@ -62,28 +62,6 @@ __device__ __forceinline__ int lane_row(int i, int half) { return TILE_DIM * i +
 // per-row value (a row sum, a log-sum-exp) out, once per row.
 __device__ __forceinline__ bool leads_row() { return detail::reg::frag_t() == 0; }
 
-// Products of a row-layout tile with its own rows or columns (outer products built in registers, such as the
-// quadratic features x_a x_b of every row x, or of every column): the value of one chosen column in each row this lane
-// holds, and the pair of one chosen row in the columns this lane holds, each fetched from the lane that has it with
-// one shuffle. `col` and `row` are tile-relative and must be the same in every lane of the warp.
-//
-// The element (lane_row(i, half), col): what element-wise code multiplies the row's pairs by.
-template <ducks::rt::row_layout RT>
-__device__ __forceinline__ typename RT::T element_in_column(const RT &t, int i, int half, int col) {
-    const int j = col / TILE_DIM, c = col % TILE_DIM;
-    const int k = half + 2 * (c / 8); // the pair on the lane's row `half`, in the column half of c
-    const typename RT::T2 p =
-        detail::reg::shfl_idx(t.tiles[i][j].data[k], 4 * detail::reg::frag_g() + (c % 8) / 2);
-    return detail::reg::elem(p, c % 2);
-}
-// The pair of row `row` in the two columns this lane holds in base-tile column j and column half col_half (the columns
-// of pairs data[col_half * 2] and data[col_half * 2 + 1]): what element-wise code multiplies those pairs by.
-template <ducks::rt::row_layout RT>
-__device__ __forceinline__ typename RT::T2 pair_in_row(const RT &t, int row, int j, int col_half) {
-    const int i = row / TILE_DIM, r = row % TILE_DIM;
-    return detail::reg::shfl_idx(t.tiles[i][j].data[r / 8 + 2 * col_half], 4 * (r % 8) + detail::reg::frag_t());
-}
-
 // A per-row value (a lane's partial maximum or sum over its elements of the row, row layout) combined over the
 // four lanes that hold parts of that row; every one of the four gets the result.
 __device__ __forceinline__ float row_lanes_max(float x) {
