@@ -10,6 +10,7 @@
     o_t = tk_ops.based_step(q_t, k_t, v_t, state)   # one decoding step, the state updated in place
     mixer = tk_ops.nn.BasedLinearAttention(1024, 16)  # projections and Based linear attention, with step()
     y = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, D=D, dt_softplus=True)  # Mamba-2 SSD scan, (b, l, h, p); forward
+    y_t = tk_ops.mamba2_step(state, x_t, dt_t, A, B_t, C_t, D=D, dt_softplus=True)  # one decoding step, in place
     tk_ops.reference                                # float64 PyTorch references of every op
 
 Importing never needs the compiled extension; ops load it on first use and raise a clear error
@@ -22,8 +23,8 @@ from .errors import TkOpsError
 from .gemm import matmul, scaled_mm
 from .attention import attention, attention_with_lse
 from .based import based, based_step
-from .mamba2 import mamba2_chunk_scan
+from .mamba2 import mamba2_chunk_scan, mamba2_step
 from . import nn, reference
 
-__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "based", "based_step", "mamba2_chunk_scan", "nn",
-           "reference", "errors", "TkOpsError", "__version__"]
+__all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "based", "based_step", "mamba2_chunk_scan",
+           "mamba2_step", "nn", "reference", "errors", "TkOpsError", "__version__"]

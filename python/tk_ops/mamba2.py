@@ -22,6 +22,15 @@ holds every argument rule); final_states is an empty (0,) float32 tensor unless 
 
 Only the forward exists so far: calling this with an input that requires a gradient (with grad mode on) raises
 ``BackwardNotBuiltError``; wrap inference in ``torch.no_grad()`` or detach the inputs.
+
+Decoding: ``mamba2_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False)`` adds one token per
+sequence to ``state`` in place, like mamba_ssm's ``selective_state_update`` for heads: state (b, h, p, n) float32 (as
+``return_final_states`` gives it); x, z (b, h, p) bfloat16 or float16; dt (b, h) float32 or x's dtype; A (h,); B, C
+(b, g, n) in x's dtype; D (h,) or (h, p), dt_bias (h,) float32; n one of 16, 32, 64, 128, 256, any p. The token may be a
+strided view (slices of one projection). dt gets dt_bias and softplus but, as in mamba_ssm's step, no dt_limit clamp.
+Returns y (b, h, p) in x's dtype; it has no gradient, and a state that requires one is refused. The op is
+``torch.ops.tk_ops.mamba2_step`` (kernels/mamba2/step_binding.cpp, which holds its rules); the float64 reference is
+``tk_ops.reference.mamba2_step``.
 """
 from __future__ import annotations
 
@@ -65,6 +74,23 @@ def mamba2_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: tor
             raise
         raise _ext.op_error(e, "tk_ops.mamba2_chunk_scan", "mamba2_chunk_scan_fwd", args) from None
     return (out, final_states) if return_final_states else out
+
+
+def mamba2_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                C: torch.Tensor, D: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                dt_bias: torch.Tensor | None = None, dt_softplus: bool = False) -> torch.Tensor:
+    """One decoding token per sequence (module docstring): ``state`` (b, h, p, n) float32 is updated in place; returns
+    y (b, h, p) in x's dtype."""
+    if not isinstance(dt_softplus, bool):
+        # The one thing the op cannot see: torch would take dt_softplus=1 for True.
+        raise InputError(f"tk_ops.mamba2_step: dt_softplus must be a bool, got {type(dt_softplus).__name__}")
+    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
+    try:
+        return _ext.ops("mamba2").mamba2_step(*args)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise _ext.op_error(e, "tk_ops.mamba2_step", "mamba2_step", args) from None
 
 
 def _limits(dt_limit) -> tuple[float, float]:
