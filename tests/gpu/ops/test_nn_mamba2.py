@@ -1,0 +1,159 @@
+"""tk_ops.nn.Mamba2 on the GPU: the forward against a float64 PyTorch composition of the same pieces (in_proj, causal
+depthwise conv + SiLU, tk_ops.reference.mamba2_chunk_scan, gated RMSNorm, out_proj) that rounds where the module rounds
+(the bf16 outputs of the projection, the convolution and the scan), for several configurations; decoding token by token
+(step, with tk_ops.mamba2_step) and chunked prefill through the cache equal one forward; a forward with gradients on
+raises the scan's BackwardNotBuiltError. Skipped unless the 'gemm' and 'mamba2' families are in the build."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tk_ops
+from tk_ops import _ext
+from tk_ops.mamba2 import BackwardNotBuiltError
+from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
+
+from ..util import rel_err
+
+# Four bf16 roundings in a row (projection, convolution, scan, norm), each up to 2^-9 relative, and the scan's own
+# bf16 / fp32 error (1e-3 .. 1e-2): the module's output lands within 2e-2 of the composition.
+TOL = 2e-2
+
+
+def _built() -> bool:
+    try:
+        return {"gemm", "mamba2"} <= set(_ext.built_families())
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _built(), reason="the 'gemm' and 'mamba2' kernels are not in this build")
+
+CONFIGS = {
+    "default": dict(d_state=128),
+    "n64_chunk64": dict(d_state=64, chunk_size=64),
+    "groups2": dict(d_state=64, ngroups=2),
+    "D_per_channel": dict(d_state=64, D_has_hdim=True),
+    "norm_before_gate": dict(d_state=64, norm_before_gate=True),
+    "no_rmsnorm": dict(d_state=64, rmsnorm=False),
+    "headdim128_bias": dict(d_model=512, d_state=128, headdim=128, bias=True),  # 8 heads: in_proj's width % 8
+}
+
+
+def make_module(seed=0, d_model=256, **config):
+    torch.manual_seed(seed)
+    m = tk_ops.nn.Mamba2(d_model, device="cuda", **config)
+    with torch.no_grad():  # away from the initial values, so that every parameter shows in the output
+        m.conv1d.weight.mul_(2.0)
+        if m.conv1d.bias is not None:
+            m.conv1d.bias.normal_(0.0, 0.1)
+        m.D.normal_(1.0, 0.3)
+        if m.rmsnorm:
+            m.norm.weight.normal_(1.0, 0.2)
+        for lin in (m.in_proj, m.out_proj):
+            if lin.bias is not None:
+                lin.bias.normal_(0.0, 0.05)
+    return m.eval()
+
+
+def reference(m, u):
+    """The module's forward in float64, rounded to bf16 where the module's tensors are bf16."""
+    f64 = torch.float64
+    zxbcdt = F.linear(u.to(f64), m.in_proj.weight.to(f64),
+                      None if m.in_proj.bias is None else m.in_proj.bias.to(f64)).bfloat16()
+    z, xBC, dt = zxbcdt.split([m.d_inner, m.conv_dim, m.nheads], dim=-1)
+    xBC_t = F.pad(xBC.transpose(1, 2).to(f64), (m.d_conv - 1, 0))
+    conv = F.conv1d(xBC_t, m.conv1d.weight.to(f64), None if m.conv1d.bias is None else m.conv1d.bias.to(f64),
+                    groups=m.conv_dim)
+    xBC = F.silu(conv).transpose(1, 2).bfloat16()
+    x, B, C = xBC.split([m.d_inner, m.ngroups * m.d_state, m.ngroups * m.d_state], dim=-1)
+    x = x.unflatten(-1, (m.nheads, m.headdim))
+    B, C = (t.unflatten(-1, (m.ngroups, m.d_state)) for t in (B, C))
+    D = m.D.float().view(m.nheads, m.headdim) if m.D_has_hdim else m.D.float()
+    gate = None if m.rmsnorm else z.unflatten(-1, (m.nheads, m.headdim))
+    y = scan_ref(x, dt.float(), -torch.exp(m.A_log.float()), B, C, D=D, z=gate, dt_bias=m.dt_bias.float(),
+                 dt_softplus=True, dt_limit=m.dt_limit).bfloat16().flatten(-2)
+    if m.rmsnorm:
+        y64, z64 = y.to(f64), z.to(f64)
+        if not m.norm_before_gate:
+            y64 = y64 * F.silu(z64)
+        groups = y64.unflatten(-1, (m.ngroups, -1))
+        y64 = (groups / torch.sqrt(groups.square().mean(-1, keepdim=True) + m.norm.eps)).flatten(-2)
+        y64 = y64 * m.norm.weight.to(f64)
+        if m.norm_before_gate:
+            y64 = y64 * F.silu(z64)
+        y = y64.bfloat16()
+    return F.linear(y.to(f64), m.out_proj.weight.to(f64), None if m.out_proj.bias is None else m.out_proj.bias.to(f64))
+
+
+def inputs(m, b=2, l=200, seed=1):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(b, l, m.d_model, device="cuda", generator=g).bfloat16()
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_forward_matches_the_composition(config):
+    m = make_module(**config)
+    u = inputs(m)
+    with torch.no_grad():
+        out = m(u)
+    assert out.shape == u.shape and out.dtype == torch.bfloat16
+    err = rel_err(out, reference(m, u))
+    assert err <= TOL, f"relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("config", ["default", "groups2", "D_per_channel", "no_rmsnorm", "headdim128_bias"])
+def test_decoding_steps_equal_the_forward(config):
+    """A prefill through the cache, then one token at a time with step: the outputs of one forward over it all."""
+    m = make_module(**CONFIGS[config])
+    u = inputs(m, l=160)
+    prefill = 130
+    with torch.no_grad():
+        full = m(u)
+        cache = m.init_cache(u.shape[0])
+        head = m(u[:, :prefill], cache)
+        steps = [m.step(u[:, t], cache) for t in range(prefill, u.shape[1])]
+        step3d = m.step(u[:, :1], m.init_cache(u.shape[0]))  # (B, 1, d_model) in, same shape out
+    assert step3d.shape == (u.shape[0], 1, m.d_model)
+    assert rel_err(head, full[:, :prefill]) <= TOL / 2
+    err = rel_err(torch.stack(steps, dim=1), full[:, prefill:])
+    assert err <= TOL, f"decoded tokens: relative error {err:.3e}"
+
+
+def test_decoding_from_an_empty_cache():
+    m = make_module(**CONFIGS["n64_chunk64"])
+    u = inputs(m, l=24)
+    with torch.no_grad():
+        full = m(u)
+        cache = m.init_cache(u.shape[0])
+        steps = torch.stack([m.step(u[:, t], cache) for t in range(u.shape[1])], dim=1)
+    err = rel_err(steps, full)
+    assert err <= TOL, f"relative error {err:.3e}"
+
+
+def test_chunked_prefill_equals_one_pass():
+    """Two forwards chained through the cache (conv window and ssm state) equal one forward, and leave the same
+    cache behind."""
+    m = make_module(**CONFIGS["default"])
+    u = inputs(m, l=300)
+    with torch.no_grad():
+        cache_one, cache_two = m.init_cache(2), m.init_cache(2)
+        full = m(u, cache_one)
+        first, second = m(u[:, :97], cache_two), m(u[:, 97:], cache_two)
+    assert rel_err(torch.cat([first, second], dim=1), full) <= TOL / 2
+    assert torch.equal(cache_two[0], cache_one[0])  # the last d_conv inputs, copied
+    assert rel_err(cache_two[1], cache_one[1]) <= TOL / 2
+    with torch.no_grad():  # a fresh cache changes nothing: forward with it equals forward without one
+        assert rel_err(full, m(u)) <= 1e-3
+
+
+def test_forward_with_gradients_raises_the_scans_error():
+    m = make_module(**CONFIGS["n64_chunk64"])
+    with pytest.raises(BackwardNotBuiltError, match="backward is not built yet"):
+        m(inputs(m))
+
+
+def test_step_under_grad_mode_needs_no_gradient():
+    m = make_module(**CONFIGS["n64_chunk64"])
+    cache = m.init_cache(2)
+    y = m.step(inputs(m, l=1)[:, 0], cache)  # grad mode on: step itself runs without gradients
+    assert not y.requires_grad and not cache[0].requires_grad and not cache[1].requires_grad
