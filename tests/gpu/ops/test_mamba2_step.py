@@ -239,3 +239,23 @@ def test_steps_continue_a_chunked_prefill(p, n, g):
     assert err <= SCAN_TOL, f"steps after the prefill: relative error {err:.3e}"
     err = rel_err(state, ref_state)
     assert err <= SCAN_TOL, f"final state: relative error {err:.3e}"
+
+
+def test_matches_mamba_ssms_selective_state_update():
+    """The drop-in promise, when mamba_ssm's Triton kernels import (docs/mamba2.md: carried with PYTHONPATH): the same
+    state and output as selective_state_update given the per-head arguments expanded, as the Mamba2 module does."""
+    try:
+        from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+    except Exception as e:  # not installed, or its triton / einops missing
+        pytest.skip(f"mamba_ssm's selective_state_update does not import here ({type(e).__name__}: {e})")
+    b, h, g, p, n = 3, 8, 2, 64, 128
+    x, dt, A, B, C = token(b, h, g, p, n)
+    kw = options(b, h, p, torch.bfloat16, D="head", z=True, dt_bias=True)
+    ours_state, peer_state = prior_state(b, h, p, n), prior_state(b, h, p, n)
+    y = tk_ops.mamba2_step(ours_state, x, dt, A, B, C, dt_softplus=True, **kw)
+    y_peer = selective_state_update(peer_state, x, dt[..., None].expand(b, h, p), A[:, None, None].expand(h, p, n), B,
+                                    C, kw["D"][:, None].expand(h, p), z=kw["z"],
+                                    dt_bias=kw["dt_bias"][:, None].expand(h, p), dt_softplus=True)
+    torch.cuda.synchronize()
+    assert rel_err(ours_state, peer_state) <= STATE_TOL
+    assert rel_err(y, y_peer) <= TOL[torch.bfloat16]
