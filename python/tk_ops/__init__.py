@@ -10,6 +10,7 @@
     o_t = tk_ops.based_step(q_t, k_t, v_t, state)   # one decoding step, the state updated in place
     mixer = tk_ops.nn.BasedLinearAttention(1024, 16)  # projections and Based linear attention, with step()
     y = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, D=D, dt_softplus=True)  # Mamba-2 SSD scan, (b, l, h, p); forward
+    y = tk_ops.fftconv(u, k, pregate, postgate)    # causal long convolution by FFT, u (B, H, N), k (H, Nk); forward
     y_t = tk_ops.mamba2_step(state, x_t, dt_t, A, B_t, C_t, D=D, dt_softplus=True)  # one decoding step, in place
     tk_ops.reference                                # float64 PyTorch references of every op
 
@@ -24,7 +25,8 @@ from .gemm import matmul, scaled_mm
 from .attention import attention, attention_with_lse
 from .based import based, based_step
 from .mamba2 import mamba2_chunk_scan, mamba2_step
+from .fftconv import fftconv, fftconv_spectrum
 from . import nn, reference
 
 __all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "based", "based_step", "mamba2_chunk_scan",
-           "mamba2_step", "nn", "reference", "errors", "TkOpsError", "__version__"]
+           "mamba2_step", "fftconv", "fftconv_spectrum", "nn", "reference", "errors", "TkOpsError", "__version__"]

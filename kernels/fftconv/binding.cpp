@@ -1,0 +1,246 @@
+// The FFT convolution ops as torch sees them (schemas, and their CUDA, Meta and CPU kernels):
+//
+//   fftconv_fwd(u, k, pregate, postgate, k_f) -> y          y = postgate * causal_conv(u * pregate, k)
+//   fftconv_spectrum(k, n) -> k_f                            rfft(k, L) for sequences of length n (fftconv.h)
+//
+// fftconv_fwd takes the filter k or its spectrum k_f (exactly one). The rules are functions below, shared by the
+// ops' three kernels: the CUDA kernel checks them before anything reaches a kernel, the Meta kernel (torch.compile's
+// fake tensors) checks them and shapes the outputs the same way, and the CPU kernel checks them and then asks for
+// CUDA tensors (see common/checks.h). The Python wrapper (python/tk_ops/fftconv.py) only calls these ops.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/EmptyTensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/checks.h"
+#include "fftconv.h"
+
+namespace {
+
+using namespace tk_kernels;
+
+constexpr const char *FFTCONV = "tk_ops.fftconv";
+constexpr const char *SPECTRUM = "tk_ops.fftconv_spectrum";
+
+using opt_tensor = std::optional<at::Tensor>;
+
+// "256, 512, ..., 8192": the FFT sizes built, for messages.
+std::string built_sizes() {
+    std::string s;
+    for (int l = tk_fftconv::MIN_FFT_SIZE; l <= tk_fftconv::MAX_FFT_SIZE; l *= 2)
+        s += (s.empty() ? "" : ", ") + std::to_string(l);
+    return s;
+}
+
+// ---------------------------------------------------------------- the rules
+
+// The sequence length n: at least 1 and within the built FFT sizes. It picks the kernel, so a symbolic one is
+// specialised here. Returns the FFT size.
+int length_rule(const char *op, const c10::SymInt &n_sym, const char *what) {
+    const int64_t n = n_sym.guard_int(__FILE__, __LINE__);
+    check_input(n >= 1, op, ": ", what, " must be at least 1, got ", n);
+    check_input(n <= tk_fftconv::MAX_LEN, op, ": ", what, " = ", n, " is longer than the longest sequence built so far, ",
+                tk_fftconv::MAX_LEN, " (FFT sizes ", built_sizes(), " are built, and a sequence of length N needs one of "
+                "at least 2N); longer sequences are not supported yet");
+    return tk_fftconv::fft_size(n);
+}
+
+// The filter k: (H, Nk) with 1 <= Nk <= n, float32 (bfloat16 and float16 accepted); `heads` is u's H when known.
+void filter_rules(const char *op, const at::Tensor &k, const c10::SymInt *heads, const c10::SymInt &n) {
+    const at::ScalarType type = k.scalar_type();
+    check_dtype(type == at::kFloat || type == at::kBFloat16 || type == at::kHalf, op,
+                ": k must be float32 (or bfloat16 / float16), got ", type);
+    if (heads) {
+        check_input(k.dim() == 2 && k.sym_size(0) == *heads, op, ": k must be (H, Nk) with u's H = ", *heads,
+                    " channels, got shape ", k.sym_sizes());
+    } else {
+        check_input(k.dim() == 2, op, ": k must be 2-D (H, Nk), got shape ", k.sym_sizes());
+    }
+    check_input(k.sym_size(1) >= 1 && k.sym_size(1) <= n, op, ": k's length Nk = ", k.sym_size(1),
+                " must be between 1 and the sequence length N = ", n);
+}
+
+// fftconv_fwd's rules; returns the FFT size.
+int fwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
+              const at::Tensor &k_f) {
+    const at::ScalarType type = u.scalar_type();
+    check_dtype(type == at::kBFloat16 || type == at::kHalf, FFTCONV, ": u must be bfloat16 or float16, got ", type);
+    check_input(u.dim() == 3, FFTCONV, ": u must be 3-D (batch, channels, seq_len), got shape ", u.sym_sizes());
+    const c10::SymInt &H = u.sym_size(1), &N = u.sym_size(2);
+    const int fft = length_rule(FFTCONV, N, "the sequence length N (u's last dimension)");
+    for (const named_tensor &g : {named_tensor{"pregate", pregate}, named_tensor{"postgate", postgate}}) {
+        if (!g.tensor.defined()) continue;
+        check_dtype(g.tensor.scalar_type() == type, FFTCONV, ": ", g.name, " must have u's dtype ", type, ", got ",
+                    g.tensor.scalar_type());
+        check_input(g.tensor.sym_sizes() == u.sym_sizes(), FFTCONV, ": ", g.name, " must have u's shape ",
+                    u.sym_sizes(), ", got ", g.tensor.sym_sizes());
+    }
+    check_input(k.defined() != k_f.defined(), FFTCONV, ": pass exactly one of the filter k and its spectrum k_f, got ",
+                k.defined() ? "both" : "neither");
+    if (k.defined()) {
+        filter_rules(FFTCONV, k, &H, N);
+    } else {
+        check_dtype(k_f.scalar_type() == at::kComplexFloat, FFTCONV,
+                    ": k_f must be complex64, as tk_ops.fftconv_spectrum returns it, got ", k_f.scalar_type());
+        const int64_t bins = tk_fftconv::spectrum_len(fft);
+        check_input(k_f.dim() == 2 && k_f.sym_size(0) == H && k_f.sym_size(1) == bins, FFTCONV,
+                    ": k_f must be (H, L / 2 + 1) = (", H, ", ", bins, ") for sequences of length N = ", N,
+                    " (FFT size L = ", fft, "), as tk_ops.fftconv_spectrum(k, N) returns it, got shape ",
+                    k_f.sym_sizes());
+    }
+    // The kernels index rows of u with 32-bit integers.
+    check_input(u.sym_size(0) * H < (int64_t(1) << 31), FFTCONV, ": problem too large");
+    return fft;
+}
+
+// fftconv_spectrum's rules; returns the FFT size.
+int spectrum_rules(const at::Tensor &k, int64_t n) {
+    const int fft = length_rule(SPECTRUM, c10::SymInt(n), "the sequence length n");
+    filter_rules(SPECTRUM, k, nullptr, c10::SymInt(n));
+    check_input(k.sym_size(0) < (int64_t(1) << 31), SPECTRUM, ": problem too large");
+    return fft;
+}
+
+// ---------------------------------------------------------------- outputs
+
+at::Tensor empty_output(const at::Tensor &u) {
+    if (u.is_cuda()) return at::detail::empty_cuda(u.sizes(), u.scalar_type(), u.device(), std::nullopt);
+    return at::empty_symint(u.sym_sizes(), u.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+at::Tensor empty_spectrum(const at::Tensor &like, const c10::SymInt &heads, int fft) {
+    const int64_t bins = tk_fftconv::spectrum_len(fft);
+    if (like.is_cuda())
+        return at::detail::empty_cuda({heads.guard_int(__FILE__, __LINE__), bins}, at::kComplexFloat, like.device(),
+                                      std::nullopt);
+    return at::empty_symint({heads, c10::SymInt(bins)}, like.options().dtype(at::kComplexFloat));
+}
+
+// ---------------------------------------------------------------- CUDA
+
+void check_launch(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) throw c10::Error(message(what, " failed: ", cudaGetErrorString(e)));
+}
+
+// The kernels read dense rows.
+at::Tensor dense(const at::Tensor &t) { return t.defined() ? t.contiguous() : t; }
+
+tk_fftconv::dtype kernel_type(at::ScalarType t) {
+    if (t == at::kBFloat16) return tk_fftconv::dtype::bf16;
+    if (t == at::kHalf) return tk_fftconv::dtype::fp16;
+    return tk_fftconv::dtype::fp32;
+}
+
+// rfft(k, fft) into k_f (both checked).
+void compute_spectrum(const at::Tensor &k_in, int fft, at::Tensor &k_f) {
+    if (k_in.size(0) == 0) return;
+    const at::Tensor k = dense(k_in);
+    tk_fftconv::spectrum_problem p{};
+    p.k = k.data_ptr();
+    p.k_type = kernel_type(k.scalar_type());
+    p.heads = int(k.size(0));
+    p.taps = int(k.size(1));
+    p.fft = fft;
+    p.k_f = reinterpret_cast<float2 *>(k_f.data_ptr());
+    check_launch(tk_fftconv::spectrum(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv spectrum kernel");
+}
+
+at::Tensor fftconv_spectrum_cuda(const at::Tensor &k, int64_t n) {
+    const int fft = spectrum_rules(k, n);
+    check_devices(SPECTRUM, {{"k", k}});
+    const c10::cuda::CUDAGuard guard(k.device());
+    at::Tensor k_f = empty_spectrum(k, k.sym_size(0), fft);
+    compute_spectrum(k, fft, k_f);
+    return k_f;
+}
+
+at::Tensor fftconv_fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
+                            const opt_tensor &postgate_opt, const opt_tensor &k_f_opt) {
+    const at::Tensor k = k_opt.value_or(at::Tensor()), k_f_in = k_f_opt.value_or(at::Tensor());
+    const at::Tensor pregate_in = pregate_opt.value_or(at::Tensor()), postgate_in = postgate_opt.value_or(at::Tensor());
+    const int fft = fwd_rules(u_in, k, pregate_in, postgate_in, k_f_in);
+    check_devices(FFTCONV, {{"u", u_in}, {"k", k}, {"k_f", k_f_in}, {"pregate", pregate_in}, {"postgate", postgate_in}});
+
+    const c10::cuda::CUDAGuard guard(u_in.device());
+    at::Tensor y = empty_output(u_in);
+    if (y.numel() == 0) return y;
+    at::Tensor k_f = k_f_in.defined() ? k_f_in.resolve_conj().contiguous() : k_f_in; // a lazy conj() view is data
+    if (k.defined()) {
+        k_f = empty_spectrum(u_in, u_in.sym_size(1), fft);
+        compute_spectrum(k, fft, k_f);
+    }
+    const at::Tensor u = dense(u_in), pregate = dense(pregate_in), postgate = dense(postgate_in);
+    tk_fftconv::fwd_problem p{};
+    p.u = u.data_ptr();
+    p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
+    p.postgate = postgate.defined() ? postgate.data_ptr() : nullptr;
+    p.k_f = reinterpret_cast<const float2 *>(k_f.data_ptr());
+    p.y = y.data_ptr();
+    p.batch = int(u.size(0));
+    p.heads = int(u.size(1));
+    p.len = int(u.size(2));
+    p.fft = fft;
+    p.type = kernel_type(u.scalar_type());
+    check_launch(tk_fftconv::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv kernel");
+    return y;
+}
+
+// ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
+
+at::Tensor fftconv_fwd_meta(const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate,
+                            const opt_tensor &postgate, const opt_tensor &k_f) {
+    fwd_rules(u, k.value_or(at::Tensor()), pregate.value_or(at::Tensor()), postgate.value_or(at::Tensor()),
+              k_f.value_or(at::Tensor()));
+    return empty_output(u);
+}
+
+at::Tensor fftconv_spectrum_meta(const at::Tensor &k, int64_t n) {
+    const int fft = spectrum_rules(k, n);
+    return empty_spectrum(k, k.sym_size(0), fft);
+}
+
+// ---------------------------------------------------------------- CPU: the op's rules, then the device rule
+
+at::Tensor fftconv_fwd_cpu(const at::Tensor &u, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
+                           const opt_tensor &postgate_opt, const opt_tensor &k_f_opt) {
+    const at::Tensor k = k_opt.value_or(at::Tensor()), k_f = k_f_opt.value_or(at::Tensor());
+    const at::Tensor pregate = pregate_opt.value_or(at::Tensor()), postgate = postgate_opt.value_or(at::Tensor());
+    fwd_rules(u, k, pregate, postgate, k_f);
+    reject_cpu(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate}});
+}
+
+at::Tensor fftconv_spectrum_cpu(const at::Tensor &k, int64_t n) {
+    spectrum_rules(k, n);
+    reject_cpu(SPECTRUM, {{"k", k}});
+}
+
+// The longest sequence the kernels take, for modules that check their configuration when built.
+int64_t fftconv_max_len() { return tk_fftconv::MAX_LEN; }
+
+} // namespace
+
+TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
+    m.def("fftconv_fwd(Tensor u, Tensor? k, Tensor? pregate=None, Tensor? postgate=None, Tensor? k_f=None) -> Tensor");
+    m.def("fftconv_spectrum(Tensor k, int n) -> Tensor");
+    m.def("fftconv_max_len() -> int", &fftconv_max_len);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
+    m.impl("fftconv_fwd", &fftconv_fwd_cuda);
+    m.impl("fftconv_spectrum", &fftconv_spectrum_cuda);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
+    m.impl("fftconv_fwd", &fftconv_fwd_meta);
+    m.impl("fftconv_spectrum", &fftconv_spectrum_meta);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
+    m.impl("fftconv_fwd", &fftconv_fwd_cpu);
+    m.impl("fftconv_spectrum", &fftconv_spectrum_cpu);
+}

@@ -1,0 +1,282 @@
+// FFT convolution forward on tensor cores (docs/fftconv.md: the factorisation, the precision and the choices below).
+//
+// The L-point DFT (L = N1 * N2) of a sequence viewed as the N1 x N2 matrix X (row n1 holds samples N2 n1 ..) is
+//     DFT(x) = ((F_N1 X) .* T) F_N2   read column-major (element (j1, j2) is frequency j1 + N1 j2),
+// with F_n the n-point DFT matrix and T[j1, n2] = e^(-2 pi i j1 n2 / L). The inverse runs the steps backwards on the
+// (j1, j2) matrix with conjugates, which leaves the samples in natural row-major order, so the spectrum is never
+// reordered. The DFT matrices are scaled by 1 / sqrt(n) (unitary), which keeps every 16-bit intermediate at the
+// scale of the data (fp16 has no exponent range to spare) and makes the forward-inverse pair need no 1 / L.
+//
+// A block owns one head and a slab of batch rows, taken two at a time: rows b and b + 1 share the (real) filter, so
+// the complex sequence u_b + i u_(b+1) convolves both at once (real part -> y_b, imaginary part -> y_(b+1)). Per
+// pair, four complex matrix products, each a set of 16 x 16 output tiles spread over the warps (mma.sync), operands
+// from shared memory, fp32 accumulation, one rounding to 16 bits per stage:
+//   1. A = (F_N1 X) .* T          X: the pair, zero past N (rows n1 >= N1 / 2 are all zero: half the k-steps)
+//   2. C = (A F_N2) .* K          K: the head's spectrum in (j1, j2) order, fp32, loaded once per block
+//   3. D = (C conj(F_N2)) .* conj(T)
+//   4. E = conj(F_N1) D           only rows n1 < N1 / 2 (outputs n < L / 2 >= N), straight to global memory
+// Stages alternate between two pairs of shared planes (real, imaginary), with a block barrier between them.
+#pragma once
+
+#include "fftconv.h"
+#include "kittens.cuh"
+
+namespace tk_fftconv {
+using namespace kittens;
+
+// The factorisation of each built FFT size: N1 >= N2, since stages 1 and 4 cost half of stages 2 and 3 per row.
+template <int L> struct factors;
+template <> struct factors<256> { static constexpr int N1 = 16, N2 = 16; };
+template <> struct factors<512> { static constexpr int N1 = 32, N2 = 16; };
+template <> struct factors<1024> { static constexpr int N1 = 32, N2 = 32; };
+template <> struct factors<2048> { static constexpr int N1 = 64, N2 = 32; };
+template <> struct factors<4096> { static constexpr int N1 = 64, N2 = 64; };
+template <> struct factors<8192> { static constexpr int N1 = 128, N2 = 64; };
+
+template <typename T, int L> struct fftconv_fwd {
+    static constexpr int N1 = factors<L>::N1, N2 = factors<L>::N2;
+    static constexpr int WARPS = 8, THREADS = WARPS * WARP_THREADS;
+    // Rows of X that can hold samples (N <= L / 2 fills at most the first N1 / 2), which are also the rows of E that
+    // hold kept outputs; a whole tile of 16 at the smallest size.
+    static constexpr int HALF_ROWS = N1 / 2 >= TILE_DIM ? N1 / 2 : N1;
+
+    using T2 = base_types::packed_t<T>;
+    using plane = st<T, N1, N2>;
+    using tile = rt<T, TILE_DIM, TILE_DIM>;            // an A operand (row layout)
+    using tile_b = rt<T, TILE_DIM, TILE_DIM, col_l>;  // a B operand
+    using acc = rt_fl<TILE_DIM, TILE_DIM>;
+
+    struct shared_block {
+        plane xr, xi, yr, yi;           // the pair's data, ping-pong between stages
+        st<T, N1, N1> f1r, f1i;         // F_N1 / sqrt(N1)
+        st<T, N2, N2> f2r, f2i;         // F_N2 / sqrt(N2)
+        float kr[N1 * N2], ki[N1 * N2]; // the head's spectrum K[j1 + N1 j2] at [j1 * N2 + j2]
+    };
+    static constexpr int SHARED_BYTES = int(sizeof(shared_block));
+    static_assert(SHARED_BYTES <= MAX_SHARED_MEMORY, "fftconv: a block's planes, DFT matrices and spectrum exceed shared memory");
+
+    struct globals {
+        const T *u, *pregate, *postgate; // gates may be null
+        const float2 *k_f;               // (heads, L / 2 + 1)
+        T *y;
+        int batch, heads, len;
+        int pairs_per_block, slabs;
+    };
+
+    __device__ static inline void store_pair(uint32_t addr, float x, float y) {
+        const T2 v = base_types::convertor<T2, float2>::convert(make_float2(x, y));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(detail::memory::bitcast<uint32_t>(v)) : "memory");
+    }
+    __device__ static inline float to_float(T x) { return base_types::convertor<float, T>::convert(x); }
+
+    // F_n / sqrt(n) into two planes. The exponent j m is reduced mod n in integers, so the angle is exact before the
+    // one rounding to 16 bits.
+    template <int n> __device__ static inline void build_dft(st<T, n, n> &re, st<T, n, n> &im) {
+        const float scale = rsqrtf(float(n));
+        for (int i = threadIdx.x; i < n * n / 2; i += THREADS) {
+            const int j = 2 * i / n, m = 2 * i % n;
+            float s0, c0, s1, c1;
+            sincospif(-2.f * float(j * m % n) / float(n), &s0, &c0);
+            sincospif(-2.f * float(j * (m + 1) % n) / float(n), &s1, &c1);
+            store_pair(re.idx(j, m), scale * c0, scale * c1);
+            store_pair(im.idx(j, m), scale * s0, scale * s1);
+        }
+    }
+
+    // The head's spectrum in (j1, j2) order from its rfft half: K[L - j] = conj K[j] (the filter is real).
+    __device__ static inline void load_spectrum(shared_block &s, const float2 *k_f) {
+        for (int i = threadIdx.x; i < L; i += THREADS) {
+            const int j1 = i / N2, j2 = i % N2, j = j1 + N1 * j2;
+            float2 c;
+            if (j <= L / 2) {
+                c = k_f[j];
+            } else {
+                c = k_f[L - j];
+                c.y = -c.y;
+            }
+            s.kr[i] = c.x;
+            s.ki[i] = c.y;
+        }
+    }
+
+    // Sample n of row b (times its pregate), zero past the sequence or the batch.
+    __device__ static inline float sample(const globals &g, size_t row, bool valid_row, int n) {
+        if (!valid_row || n >= g.len) return 0.f;
+        const float x = to_float(g.u[row + n]);
+        return g.pregate ? x * to_float(g.pregate[row + n]) : x;
+    }
+
+    // The pair (b0, b0 + 1) as X = u_b0 + i u_b0+1 (rows n1 < HALF_ROWS; the others are never read).
+    __device__ static inline void load_input(shared_block &s, const globals &g, int b0, int h) {
+        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
+        const bool second = b0 + 1 < g.batch;
+        for (int i = threadIdx.x; i < HALF_ROWS * N2 / 2; i += THREADS) {
+            const int n = 2 * i, n1 = n / N2, n2 = n % N2;
+            store_pair(s.xr.idx(n1, n2), sample(g, row0, true, n), sample(g, row0, true, n + 1));
+            store_pair(s.xi.idx(n1, n2), sample(g, row1, second, n), sample(g, row1, second, n + 1));
+        }
+    }
+
+    // One 16 x 16 tile of the complex product (Ar + i sa Ai)(Br + i sb Bi), sa = -1 for CONJ_A (sb for CONJ_B):
+    // A's rows a_row0 .., B's columns b_col0 .., K_TILES k-steps of 16. Four real products in fp32 accumulators:
+    // re = rr - sa sb ii, im = sb ri + sa ir.
+    template <bool CONJ_A, bool CONJ_B, int K_TILES, typename SA, typename SB>
+    __device__ static inline void complex_tile(acc &re, acc &im, const SA &ar, const SA &ai, int a_row0, const SB &br,
+                                               const SB &bi, int b_col0) {
+        acc rr, ii, ri, ir;
+        zero(rr);
+        zero(ii);
+        zero(ri);
+        zero(ir);
+#pragma unroll 2
+        for (int k = 0; k < K_TILES; k++) {
+            tile a_r, a_i;
+            tile_b b_r, b_i;
+            load(a_r, ar, a_row0, k * TILE_DIM);
+            load(a_i, ai, a_row0, k * TILE_DIM);
+            load(b_r, br, k * TILE_DIM, b_col0);
+            load(b_i, bi, k * TILE_DIM, b_col0);
+            mma_AB(rr, a_r, b_r, rr);
+            mma_AB(ii, a_i, b_i, ii);
+            mma_AB(ri, a_r, b_i, ri);
+            mma_AB(ir, a_i, b_r, ir);
+        }
+        constexpr float sab = CONJ_A != CONJ_B ? 1.f : -1.f; // -sa sb
+        constexpr float sa = CONJ_A ? -1.f : 1.f, sb = CONJ_B ? -1.f : 1.f;
+        for_each_pair([&](pair_pos, float2 &r, float2 &i, const float2 &p_rr, const float2 &p_ii, const float2 &p_ri,
+                          const float2 &p_ir) {
+            r = make_float2(p_rr.x + sab * p_ii.x, p_rr.y + sab * p_ii.y);
+            i = make_float2(sb * p_ri.x + sa * p_ir.x, sb * p_ri.y + sa * p_ir.y);
+        }, re, im, rr, ii, ri, ir);
+    }
+
+    // (re, im) *= e^(sign 2 pi i j1 n2 / L) with j1 = row0 + row, n2 = col0 + col: the twiddles, from the exponent
+    // reduced mod L into [-L/2, L/2) in integers, so the fast sine sees |angle| <= pi.
+    template <int SIGN> __device__ static inline void twiddle(acc &re, acc &im, int row0, int col0) {
+        auto rotate = [](float &x, float &y, int e) {
+            e &= L - 1;
+            if (e >= L / 2) e -= L;
+            float s, c;
+            __sincosf(float(SIGN) * (2.f * 3.14159265358979f / float(L)) * float(e), &s, &c);
+            const float xr = x * c - y * s;
+            y = x * s + y * c;
+            x = xr;
+        };
+        for_each_pair([&](pair_pos p, float2 &r, float2 &i) {
+            const int j1 = row0 + p.row, n2 = col0 + p.col;
+            rotate(r.x, i.x, j1 * n2);
+            rotate(r.y, i.y, j1 * (n2 + 1));
+        }, re, im);
+    }
+
+    __device__ static inline void store_tile(plane &dst_r, plane &dst_i, const acc &re, const acc &im, int row0, int col0) {
+        tile r16, i16;
+        copy(r16, re);
+        copy(i16, im);
+        store(dst_r, r16, row0, col0);
+        store(dst_i, i16, row0, col0);
+    }
+
+    // 1. A = (F_N1 X) .* T into y.
+    __device__ static inline void stage1(shared_block &s, int warp) {
+        constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
+        for (int t = warp; t < TILES; t += WARPS) {
+            const int row0 = t / (N2 / TILE_DIM) * TILE_DIM, col0 = t % (N2 / TILE_DIM) * TILE_DIM;
+            acc re, im;
+            complex_tile<false, false, HALF_ROWS / TILE_DIM>(re, im, s.f1r, s.f1i, row0, s.xr, s.xi, col0);
+            twiddle<-1>(re, im, row0, col0);
+            store_tile(s.yr, s.yi, re, im, row0, col0);
+        }
+    }
+
+    // 2. C = (A F_N2) .* K into x.
+    __device__ static inline void stage2(shared_block &s, int warp) {
+        constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
+        for (int t = warp; t < TILES; t += WARPS) {
+            const int row0 = t / (N2 / TILE_DIM) * TILE_DIM, col0 = t % (N2 / TILE_DIM) * TILE_DIM;
+            acc re, im;
+            complex_tile<false, false, N2 / TILE_DIM>(re, im, s.yr, s.yi, row0, s.f2r, s.f2i, col0);
+            for_each_pair([&](pair_pos p, float2 &r, float2 &i) {
+                const int at = (row0 + p.row) * N2 + col0 + p.col;
+                const float2 kr = *reinterpret_cast<const float2 *>(&s.kr[at]);
+                const float2 ki = *reinterpret_cast<const float2 *>(&s.ki[at]);
+                const float2 a = r, b = i;
+                r = make_float2(a.x * kr.x - b.x * ki.x, a.y * kr.y - b.y * ki.y);
+                i = make_float2(a.x * ki.x + b.x * kr.x, a.y * ki.y + b.y * kr.y);
+            }, re, im);
+            store_tile(s.xr, s.xi, re, im, row0, col0);
+        }
+    }
+
+    // 3. D = (C conj(F_N2)) .* conj(T) into y.
+    __device__ static inline void stage3(shared_block &s, int warp) {
+        constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
+        for (int t = warp; t < TILES; t += WARPS) {
+            const int row0 = t / (N2 / TILE_DIM) * TILE_DIM, col0 = t % (N2 / TILE_DIM) * TILE_DIM;
+            acc re, im;
+            complex_tile<false, true, N2 / TILE_DIM>(re, im, s.xr, s.xi, row0, s.f2r, s.f2i, col0);
+            twiddle<1>(re, im, row0, col0);
+            store_tile(s.yr, s.yi, re, im, row0, col0);
+        }
+    }
+
+    // 4. E = conj(F_N1) D, rows n1 < HALF_ROWS: the real part is y_b0, the imaginary part y_b0+1 (times the
+    // postgates), sample n = N2 n1 + n2 kept while n < N.
+    __device__ static inline void stage4(shared_block &s, const globals &g, int b0, int h, int warp) {
+        constexpr int TILES = (HALF_ROWS / TILE_DIM) * (N2 / TILE_DIM);
+        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
+        const bool second = b0 + 1 < g.batch;
+        for (int t = warp; t < TILES; t += WARPS) {
+            const int tr = t / (N2 / TILE_DIM) * TILE_DIM, tc = t % (N2 / TILE_DIM) * TILE_DIM;
+            acc re, im;
+            complex_tile<true, false, N1 / TILE_DIM>(re, im, s.f1r, s.f1i, tr, s.yr, s.yi, tc);
+            for_each_pair([&](pair_pos p, const float2 &r, const float2 &i) {
+                const int n = N2 * (tr + p.row) + tc + p.col;
+                const float v[2][2] = {{r.x, r.y}, {i.x, i.y}};
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (n + e >= g.len) continue;
+                    put(g, row0 + n + e, v[0][e]);
+                    if (second) put(g, row1 + n + e, v[1][e]);
+                }
+            }, re, im);
+        }
+    }
+    __device__ static inline void put(const globals &g, size_t at, float v) {
+        if (g.postgate) v *= to_float(g.postgate[at]);
+        g.y[at] = base_types::convertor<T, float>::convert(v);
+    }
+
+    // The slab of pairs of one head: the DFT matrices and the spectrum once, then each pair through the four stages.
+    __device__ static inline void run(const globals &g) {
+        extern __shared__ alignment_dummy shm[];
+        if (smem_addr(shm) % 1024 != 0) __trap(); // the swizzled planes need 1 KB alignment
+        shared_block &s = *reinterpret_cast<shared_block *>(shm);
+        const int h = blockIdx.x % g.heads, slab = blockIdx.x / g.heads;
+        const int warp = threadIdx.x / WARP_THREADS;
+        const int pairs = (g.batch + 1) / 2;
+        const int first = slab * g.pairs_per_block;
+        const int last = min(pairs, first + g.pairs_per_block);
+        build_dft<N1>(s.f1r, s.f1i);
+        build_dft<N2>(s.f2r, s.f2i);
+        load_spectrum(s, g.k_f + size_t(h) * (L / 2 + 1));
+        for (int pair = first; pair < last; pair++) {
+            const int b0 = 2 * pair;
+            load_input(s, g, b0, h);
+            __syncthreads(); // also orders the previous pair's stage 4 (reads y) before this stage 1 (writes y)
+            stage1(s, warp);
+            __syncthreads();
+            stage2(s, warp);
+            __syncthreads();
+            stage3(s, warp);
+            __syncthreads(); // the next pair's load rewrites x, which stage 3 read
+            stage4(s, g, b0, h, warp);
+        }
+    }
+};
+
+template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_fwd_kernel(const __grid_constant__ typename K::globals g) {
+    K::run(g);
+}
+
+} // namespace tk_fftconv

@@ -1,0 +1,68 @@
+"""FFT convolution (the long causal convolution of Hyena / H3-style models) on Hopper tensor cores: the forward.
+
+``fftconv(u, k, pregate=None, postgate=None, k_f=None)``: u (B, H, N) bfloat16 or float16; k (H, Nk) float32
+(bfloat16 and float16 accepted) with 1 <= Nk <= N, one filter per channel; the gates (B, H, N) in u's dtype, either
+may be None. Returns y (B, H, N) in u's dtype::
+
+    v = u * pregate
+    y[b, h, n] = postgate[b, h, n] * sum_{m <= n, m < Nk} k[h, m] v[b, h, n - m]
+
+which without gates is irfft(rfft(u, 2N) * rfft(k, 2N))[..., :N]. ``tk_ops.reference.fftconv`` is the float64
+reference; docs/fftconv.md describes the kernels. N may be 1 .. 4096 for now (FFT sizes 256 .. 8192 are built);
+longer sequences raise InputError saying so.
+
+``fftconv_spectrum(k, N)`` is the filter's spectrum as the kernels read it: rfft(k, L), complex64 (H, L / 2 + 1),
+with L the FFT size used for length N (the smallest of 256, 512, ..., 8192 that is at least 2N). Where L = 2N (N a
+power of two from 128) it equals ``tk_ops.reference.fftconv_spectrum(k, N)``. Passing it as ``k_f=`` (with k None)
+skips the spectrum computation, for inference with a fixed filter.
+
+The ops are ``torch.ops.tk_ops.fftconv_fwd(u, k, pregate, postgate, k_f)`` and
+``torch.ops.tk_ops.fftconv_spectrum(k, n)`` (kernels/fftconv/binding.cpp, which holds every argument rule).
+
+Only the forward exists so far: calling this with an input that requires a gradient (with grad mode on) raises
+``BackwardNotBuiltError``; wrap inference in ``torch.no_grad()`` or detach the inputs.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _ext
+from .errors import InputError
+from .mamba2 import BackwardNotBuiltError
+
+__all__ = ["fftconv", "fftconv_spectrum", "BackwardNotBuiltError"]
+
+
+def fftconv(u: torch.Tensor, k: torch.Tensor | None, pregate: torch.Tensor | None = None,
+            postgate: torch.Tensor | None = None, k_f: torch.Tensor | None = None) -> torch.Tensor:
+    """y = postgate * causal_conv(u * pregate, k), forward only (module docstring). Pass k, or k = None and its
+    spectrum ``k_f = fftconv_spectrum(k, N)``."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (u, k, pregate, postgate, k_f)):
+        raise BackwardNotBuiltError(
+            "tk_ops.fftconv: the backward is not built yet, so no input may require a gradient; "
+            "call it under torch.no_grad() or pass detached tensors")
+    args = (u, k, pregate, postgate, k_f)
+    try:
+        return _ext.ops("fftconv").fftconv_fwd(*args)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise _ext.op_error(e, "tk_ops.fftconv", "fftconv_fwd", args) from None
+
+
+def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
+    """The spectrum of the filters k (H, Nk) for sequences of length N, as ``fftconv(..., k_f=)`` takes it:
+    rfft(k, L), complex64 (H, L / 2 + 1), L the FFT size of length N (module docstring)."""
+    if isinstance(N, bool) or not isinstance(N, int):
+        raise InputError(f"tk_ops.fftconv_spectrum: N must be an int, got {type(N).__name__}")
+    if torch.is_grad_enabled() and k.requires_grad:
+        raise BackwardNotBuiltError(
+            "tk_ops.fftconv_spectrum: the backward is not built yet, so k may not require a gradient; "
+            "call it under torch.no_grad() or pass k.detach()")
+    args = (k, N)
+    try:
+        return _ext.ops("fftconv").fftconv_spectrum(*args)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise _ext.op_error(e, "tk_ops.fftconv_spectrum", "fftconv_spectrum", args) from None

@@ -1,0 +1,146 @@
+"""FFT convolution API checks that need no GPU: the ops' argument rules (kernels/fftconv/binding.cpp, run by their CPU
+and Meta kernels as by the CUDA ones), the Meta kernels' output shapes, and the Python wrapper's own checks (argument
+types, the refusal of gradients while no backward exists)."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError, TkOpsError
+from tk_ops.fftconv import BackwardNotBuiltError
+
+
+@pytest.fixture
+def built():
+    """The ops and their rules are C++, registered when the extension loads (no GPU needed)."""
+    try:
+        tk_ops._ext.extension()
+    except ExtensionNotBuiltError as e:
+        pytest.skip(f"the FFT convolution ops are compiled into the extension, which is not built here ({e})")
+    if "fftconv" not in tk_ops._ext.built_families():
+        pytest.skip("this build of the extension has no FFT convolution kernels (configs.py)")
+
+
+def t(*shape, dtype=torch.bfloat16, device="cpu"):
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def conv_args(b=2, h=4, n=100, nk=100, dtype=torch.bfloat16, k_dtype=torch.float32, device="cpu"):
+    """u, k of a valid problem."""
+    return t(b, h, n, dtype=dtype, device=device), t(h, nk, dtype=k_dtype, device=device)
+
+
+# ---------------------------------------------------------------- argument rules (through the CPU kernel)
+
+@pytest.mark.parametrize("make, kind, match", [
+    (lambda: conv_args(dtype=torch.float32), DTypeError, "u must be bfloat16 or float16, got torch.float32"),
+    (lambda: conv_args(k_dtype=torch.float64), DTypeError, r"k must be float32 \(or bfloat16 / float16\), got torch.float64"),
+    (lambda: (t(4, 100), t(4, 100, dtype=torch.float32)), InputError, r"u must be 3-D \(batch, channels, seq_len\)"),
+    (lambda: (t(2, 4, 0), t(4, 1, dtype=torch.float32)), InputError, "sequence length N .* must be at least 1, got 0"),
+    (lambda: conv_args(n=4097, nk=10), InputError,
+     r"N \(u's last dimension\) = 4097 is longer than the longest sequence built so far, 4096 \(FFT sizes 256, 512, "
+     r"1024, 2048, 4096, 8192 are built"),
+    (lambda: conv_args(nk=101), InputError, "k's length Nk = 101 must be between 1 and the sequence length N = 100"),
+    (lambda: conv_args(nk=0), InputError, "k's length Nk = 0 must be between 1"),
+    (lambda: (t(2, 4, 100), t(3, 100, dtype=torch.float32)), InputError,
+     r"k must be \(H, Nk\) with u's H = 4 channels, got shape \(3, 100\)"),
+    (lambda: (t(2, 4, 100), t(4, 1, 100, dtype=torch.float32)), InputError, r"k must be \(H, Nk\)"),
+    (lambda: (t(2, 4, 100), None), InputError, "pass exactly one of the filter k and its spectrum k_f, got neither"),
+])
+def test_rejects_inputs(make, kind, match, built):
+    with pytest.raises(kind, match=match):
+        tk_ops.fftconv(*make())
+
+
+@pytest.mark.parametrize("kwargs, kind, match", [
+    (dict(pregate=t(2, 4, 99)), InputError, r"pregate must have u's shape \(2, 4, 100\), got \(2, 4, 99\)"),
+    (dict(postgate=t(2, 4, 100, dtype=torch.float16)), DTypeError,
+     "postgate must have u's dtype torch.bfloat16, got torch.float16"),
+    (dict(k_f=t(4, 129, dtype=torch.complex64)), InputError, "pass exactly one of the filter k and its spectrum k_f, got both"),
+])
+def test_rejects_options(kwargs, kind, match, built):
+    with pytest.raises(kind, match=match):
+        tk_ops.fftconv(*conv_args(), **kwargs)
+
+
+@pytest.mark.parametrize("k_f, kind, match", [
+    (t(4, 129, dtype=torch.complex128), DTypeError, "k_f must be complex64, as tk_ops.fftconv_spectrum returns it"),
+    (t(4, 101, dtype=torch.complex64), InputError,
+     r"k_f must be \(H, L / 2 \+ 1\) = \(4, 129\) for sequences of length N = 100 \(FFT size L = 256\)"),
+    (t(3, 129, dtype=torch.complex64), InputError, r"k_f must be \(H, L / 2 \+ 1\) = \(4, 129\)"),
+])
+def test_rejects_spectra(k_f, kind, match, built):
+    u, _ = conv_args()
+    with pytest.raises(kind, match=match):
+        tk_ops.fftconv(u, None, k_f=k_f)
+
+
+@pytest.mark.parametrize("k, n, kind, match", [
+    (t(4, 10, dtype=torch.float32), 0, InputError, "sequence length n must be at least 1, got 0"),
+    (t(4, 10, dtype=torch.float32), 5000, InputError, "sequence length n = 5000 is longer than the longest sequence built"),
+    (t(4, 10, dtype=torch.float32), 9, InputError, "k's length Nk = 10 must be between 1 and the sequence length N = 9"),
+    (t(4, 10, 1, dtype=torch.float32), 10, InputError, r"k must be 2-D \(H, Nk\)"),
+    (t(4, 10, dtype=torch.int32), 10, DTypeError, "k must be float32"),
+])
+def test_spectrum_rejects(k, n, kind, match, built):
+    with pytest.raises(kind, match=match):
+        tk_ops.fftconv_spectrum(k, n)
+
+
+def test_rejects_cpu_tensors(built):
+    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but u is on cpu"):
+        tk_ops.fftconv(*conv_args())
+    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors"):
+        tk_ops.fftconv(*conv_args(), pregate=t(2, 4, 100), postgate=t(2, 4, 100))
+    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but k is on cpu"):
+        tk_ops.fftconv_spectrum(t(4, 10, dtype=torch.float32), 10)
+
+
+# ---------------------------------------------------------------- the wrapper's own checks (no extension needed)
+
+def test_python_types_need_no_extension():
+    with pytest.raises(InputError, match="N must be an int, got float"):
+        tk_ops.fftconv_spectrum(t(4, 10, dtype=torch.float32), 10.0)
+    with pytest.raises(InputError, match="N must be an int, got bool"):
+        tk_ops.fftconv_spectrum(t(4, 10, dtype=torch.float32), True)
+
+
+def test_gradients_are_refused_until_the_backward_exists():
+    u, k = conv_args()
+    with pytest.raises(BackwardNotBuiltError, match="backward is not built yet"):
+        tk_ops.fftconv(u.requires_grad_(), k)
+    with pytest.raises(NotImplementedError):
+        tk_ops.fftconv(u.detach(), k.requires_grad_())
+    with pytest.raises(BackwardNotBuiltError):
+        tk_ops.fftconv(u.detach(), None, k_f=t(4, 129, dtype=torch.complex64).requires_grad_())
+    with pytest.raises(BackwardNotBuiltError):
+        tk_ops.fftconv_spectrum(k, 100)
+    assert issubclass(BackwardNotBuiltError, TkOpsError)
+
+
+def test_no_grad_lets_inputs_that_require_grad_through(built):
+    u, k = conv_args()
+    with torch.no_grad(), pytest.raises(DeviceMismatchError):
+        tk_ops.fftconv(u.requires_grad_(), k)
+
+
+# ---------------------------------------------------------------- Meta kernels
+
+@pytest.mark.parametrize("n, fft", [(1, 256), (128, 256), (129, 512), (1000, 2048), (4096, 8192)])
+def test_meta_shapes(n, fft, built):
+    u, k = conv_args(3, 6, n, max(1, n // 2), dtype=torch.float16, device="meta")
+    y = torch.ops.tk_ops.fftconv_fwd(u, k, None, t(3, 6, n, dtype=torch.float16, device="meta"), None)
+    assert y.shape == (3, 6, n) and y.dtype == torch.float16 and y.is_contiguous()
+    k_f = torch.ops.tk_ops.fftconv_spectrum(k, n)
+    assert k_f.shape == (6, fft // 2 + 1) and k_f.dtype == torch.complex64
+    y = torch.ops.tk_ops.fftconv_fwd(u, None, None, None, k_f)
+    assert y.shape == (3, 6, n)
+
+
+def test_meta_runs_the_rules(built):
+    u, k = conv_args(n=100, nk=200, device="meta")
+    with pytest.raises(ValueError, match="k's length Nk = 200 must be between 1"):
+        torch.ops.tk_ops.fftconv_fwd(u, k, None, None, None)
+
+
+def test_max_len(built):
+    assert torch.ops.tk_ops.fftconv_max_len() == 4096
