@@ -27,20 +27,16 @@ from __future__ import annotations
 import torch
 
 from . import _ext
-from .errors import InputError
-from .mamba2 import BackwardNotBuiltError
+from .errors import InputError, refuse_gradients
 
-__all__ = ["fftconv", "fftconv_spectrum", "BackwardNotBuiltError"]
+__all__ = ["fftconv", "fftconv_spectrum"]
 
 
 def fftconv(u: torch.Tensor, k: torch.Tensor | None, pregate: torch.Tensor | None = None,
             postgate: torch.Tensor | None = None, k_f: torch.Tensor | None = None) -> torch.Tensor:
     """y = postgate * causal_conv(u * pregate, k), forward only (module docstring). Pass k, or k = None and its
     spectrum ``k_f = fftconv_spectrum(k, N)``."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (u, k, pregate, postgate, k_f)):
-        raise BackwardNotBuiltError(
-            "tk_ops.fftconv: the backward is not built yet, so no input may require a gradient; "
-            "call it under torch.no_grad() or pass detached tensors")
+    refuse_gradients("tk_ops.fftconv", (u, k, pregate, postgate, k_f))
     args = (u, k, pregate, postgate, k_f)
     try:
         return _ext.ops("fftconv").fftconv_fwd(*args)
@@ -55,10 +51,7 @@ def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
     rfft(k, L), complex64 (H, L / 2 + 1), L the FFT size of length N (module docstring)."""
     if isinstance(N, bool) or not isinstance(N, int):
         raise InputError(f"tk_ops.fftconv_spectrum: N must be an int, got {type(N).__name__}")
-    if torch.is_grad_enabled() and k.requires_grad:
-        raise BackwardNotBuiltError(
-            "tk_ops.fftconv_spectrum: the backward is not built yet, so k may not require a gradient; "
-            "call it under torch.no_grad() or pass k.detach()")
+    refuse_gradients("tk_ops.fftconv_spectrum", (k,))
     args = (k, N)
     try:
         return _ext.ops("fftconv").fftconv_spectrum(*args)

@@ -39,11 +39,7 @@ import math
 import torch
 
 from . import _ext
-from .errors import InputError, TkOpsError
-
-
-class BackwardNotBuiltError(TkOpsError, NotImplementedError):
-    """The op was asked for a gradient that tk_ops does not compute yet."""
+from .errors import InputError, refuse_gradients
 
 
 def mamba2_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -53,11 +49,7 @@ def mamba2_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: tor
                       dt_limit: tuple[float, float] = (0.0, math.inf), return_final_states: bool = False):
     """The Mamba-2 chunked scan, forward only (module docstring). Returns out (b, l, h, p) in x's dtype, or
     ``(out, final_states)`` when ``return_final_states``."""
-    if torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, dt, A, B, C, D, z, dt_bias, initial_states)):
-        raise BackwardNotBuiltError(
-            "tk_ops.mamba2_chunk_scan: the backward is not built yet, so no input may require a gradient; "
-            "call it under torch.no_grad() or pass detached tensors")
+    refuse_gradients("tk_ops.mamba2_chunk_scan", (x, dt, A, B, C, D, z, dt_bias, initial_states))
     dt_min, dt_max = _limits(dt_limit)
     for flag, value in (("dt_softplus", dt_softplus), ("return_final_states", return_final_states)):
         if not isinstance(value, bool):

@@ -97,7 +97,7 @@ def test_training_step_differentiates_every_input(shape):
 
 def test_not_built_backward_is_reported_not_fatal():
     """tk_ops' scan refuses gradients until its backward exists: the error the benchmark records says so."""
-    from tk_ops.mamba2 import BackwardNotBuiltError
+    from tk_ops.errors import BackwardNotBuiltError
     inputs = mamba2.make_inputs(mamba2.SHAPES[1], 16, backward=True, device="cpu")
     fn = mamba2._training_step(mamba2._scan_call(mamba2._ours, mamba2.SHAPES[1]))
     with pytest.raises(BackwardNotBuiltError, match="backward is not built yet"):

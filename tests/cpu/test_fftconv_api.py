@@ -6,7 +6,7 @@ import torch
 
 import tk_ops
 from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError, TkOpsError
-from tk_ops.fftconv import BackwardNotBuiltError
+from tk_ops.errors import BackwardNotBuiltError
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import torch
 
 import tk_ops
 from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError, TkOpsError
-from tk_ops.mamba2 import BackwardNotBuiltError
+from tk_ops.errors import BackwardNotBuiltError
 
 
 @pytest.fixture
