@@ -42,7 +42,7 @@ using namespace kittens;
 inline constexpr int BWD_CHUNK = 128; // tokens per chunk: two consumers of 64 rows
 
 // What both passes share: shapes, tiles, globals, loads, feature tiles, the expanded images and the contraction.
-template <typename T, int VT, bool SPLIT> struct based_bwd_base {
+template <typename T, int VT, bool SPLIT> struct based_bwd_base : feature_tiles<T> {
     static_assert(VT == 16 || VT == 32 || VT == 48 || VT == 64, "Based backward: a task holds 16 to 64 value columns");
     static_assert(!SPLIT || VT == 64, "Based backward: only value dimensions over 64 are split, into tasks of 64");
     static constexpr int DK = FEATURE_DIM;
@@ -57,7 +57,12 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_base {
     static constexpr int PIECES = DK * DK / PIECE;       // 8
     static constexpr float SQRT2 = 1.41421356237309515f;
 
-    using T2 = typename base_types::packed_t<T>;
+    using features = feature_tiles<T>;
+    using typename features::T2;
+    using features::to_pair;
+    using features::from_pair;
+    using features::store_word;
+    using features::load_row;
     using qk_tile = st<T, HALF, DK>;
     using v_tile = st<T, HALF, VT>;
     using row_vec = sv<float, HALF>;
@@ -130,17 +135,19 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_base {
     template <int BIG> __device__ static inline int blocks_of(int me) { return me == BIG ? 2 : 1; }
     template <int BIG> __device__ static inline int block_row0(int me, int m) { return me == BIG ? HALF * m : 2 * HALF; }
 
-    __device__ static inline T2 to_pair(float x, float y) { return base_types::convertor<T2, float2>::convert(make_float2(x, y)); }
-    __device__ static inline float2 from_pair(uint32_t w) {
-        return base_types::convertor<float2, T2>::convert(detail::memory::bitcast<T2>(w));
-    }
-    __device__ static inline void store_word(uint32_t addr, uint32_t w) {
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w) : "memory");
-    }
-    // The 16 elements of row r of a Q or K tile, as 8 packed pairs (two 16-byte loads).
-    __device__ static inline void load_row(uint32_t (&w)[8], const qk_tile &t, int r) {
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(t.idx(r, 0)));
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(t.idx(r, 8)));
+    // Consumer me's fp32 state rows and feature sums before the first chunk, read by row_of from the exchanged layout
+    // at state0 and sum0 (zeros without them; the sums also zero where !with_sums).
+    template <int BIG, typename RT, int BLOCKS, typename RowOf>
+    __device__ static inline void load_state(RT (&s)[BLOCKS], float *sums, const globals &g, const task &t, int me,
+                                             bool with_sums, RowOf &&row_of) {
+        const size_t head = size_t(t.b) * g.heads + t.h;
+        const int col0 = t.split * VT;
+#pragma unroll
+        for (int m = 0; m < BLOCKS; m++)
+            load_state_rows(s[m], g.state0, head, g.value_dim, col0, block_row0<BIG>(me, m) + warpgroup::warp_row0(), row_of);
+        const int r0 = block_row0<BIG>(me, 0);
+        for (int i = warpgroup::laneid(); i < blocks_of<BIG>(me) * HALF; i += WARPGROUP_THREADS)
+            sums[r0 + i] = g.sum0 && with_sums ? row_of(feature_at(r0 + i), g.sum0 + head * STATE_FEATURES) : 0.f;
     }
 
     // dN = rinv dO in place for this consumer's half: two threads per row, 16 bytes at a time.
@@ -162,73 +169,19 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_base {
         }
     }
 
-    // Phi(X) row r (a token of this consumer's half), features F0 .. F0 + N - 1, in fp32 then rounded once.
-    template <int F0, int N> __device__ static inline void build_row_features(row_features_tile &dst, const qk_tile &x16, int r) {
-        uint32_t w[8];
-        load_row(w, x16, r);
-        float x[DK];
-#pragma unroll
-        for (int i = 0; i < DK / 2; i++) {
-            const float2 p = from_pair(w[i]);
-            x[2 * i] = p.x;
-            x[2 * i + 1] = p.y;
-        }
-        for_features<0, N / 8>([&]<int G>() {
-            uint32_t out[4];
-            float v[8];
-            for_features<F0 + 8 * G, 8>([&]<int F>() {
-                constexpr feature_def d = kernel_feature<F>;
-                float &o = v[F - F0 - 8 * G];
-                if constexpr (d.kind == feature_kind::quadratic) o = x[d.a] * x[d.b];
-                else if constexpr (d.kind == feature_kind::linear) o = x[d.b];
-                else o = d.kind == feature_kind::constant ? 1.f : 0.f;
-            });
-#pragma unroll
-            for (int i = 0; i < 4; i++) out[i] = detail::memory::bitcast<uint32_t>(to_pair(v[2 * i], v[2 * i + 1]));
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst.idx(r, F0 + 8 * G)), "r"(out[0]),
-                         "r"(out[1]), "r"(out[2]), "r"(out[3])
-                         : "memory");
-        });
-    }
-
-    // Phi(X)^T columns 2p, 2p + 1 (tokens of the chunk), state rows F0 .. F0 + N - 1, into tile_of.operator()<F>()
-    // (the pair tile holding row F); packed products, one multiply per two tokens.
-    template <int F0, int N, typename TileOf>
-    __device__ static inline void build_pair_features(TileOf &&tile_of, const qk_tile (&x16)[2], int p) {
-        const qk_tile &x = x16[p / (HALF / 2)];
-        const int r = 2 * p % HALF;
-        uint32_t w0[8], w1[8];
-        load_row(w0, x, r);
-        load_row(w1, x, r + 1);
-        T2 pair[DK];
-#pragma unroll
-        for (int i = 0; i < DK / 2; i++) {
-            pair[2 * i] = detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x5410));
-            pair[2 * i + 1] = detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x7632));
-        }
-        for_features<F0, N>([&]<int F>() {
-            constexpr feature_def d = kernel_feature<F>;
-            T2 v;
-            if constexpr (d.kind == feature_kind::quadratic) v = base_ops::mul::op<T2>(pair[d.a], pair[d.b]);
-            else if constexpr (d.kind == feature_kind::linear) v = pair[d.b];
-            else if constexpr (d.kind == feature_kind::constant) v = base_types::constants<T2>::one();
-            else v = base_types::constants<T2>::zero();
-            store_word(tile_of.template operator()<F>().idx(F % HALF, 2 * p), detail::memory::bitcast<uint32_t>(v));
-        });
-    }
-
     // Phi(X)^T for the state rows of consumer `me` (BIG: rows 0..127, the other: 128..159), 256 threads x 64 pairs.
     template <int BIG, typename TileOf>
     __device__ static inline void build_state_features(TileOf &&tile_of, const qk_tile (&x16)[2], int me) {
         const int t = warpgroup::laneid();
         const int p = t % (CHUNK / 2), part = t / (CHUNK / 2);
+        const auto one = [] { return base_types::constants<T2>::one(); };
         if (me == BIG) {
-            if (part == 0) build_pair_features<0, HALF>(tile_of, x16, p);
-            else build_pair_features<HALF, HALF>(tile_of, x16, p);
+            if (part == 0) features::template build_pair_features<0, HALF>(tile_of, x16, p, one);
+            else features::template build_pair_features<HALF, HALF>(tile_of, x16, p, one);
         } else {
             constexpr int N = (FEATURES - 2 * HALF) / 2; // rows 128 .. 159; 160 .. 191 stay zero from setup
-            if (part == 0) build_pair_features<2 * HALF, N>(tile_of, x16, p);
-            else build_pair_features<2 * HALF + N, N>(tile_of, x16, p);
+            if (part == 0) features::template build_pair_features<2 * HALF, N>(tile_of, x16, p, one);
+            else features::template build_pair_features<2 * HALF + N, N>(tile_of, x16, p, one);
         }
     }
 
@@ -397,23 +350,7 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dq : based_bwd_base<T
         const globals &g = c.g;
         const int me = c.consumer;
         base::consumers_sync(); // the previous task's last chunk may still read what this rewrites
-        const size_t head = size_t(c.task.b) * g.heads + c.task.h;
-        const int col0 = c.task.split * VT;
-#pragma unroll
-        for (int m = 0; m < STATE_BLOCKS; m++) {
-            const int row0 = base::template block_row0<BIG>(me, m) + warpgroup::warp_row0();
-            for_each_pair([&](pair_pos p, float2 &s) {
-                s = make_float2(0.f, 0.f);
-                if (!g.state0) return;
-                const feature_def d = feature_at(row0 + p.row);
-                const float *src = g.state0 + (head * g.value_dim + col0 + p.col) * STATE_FEATURES;
-                if (col0 + p.col < g.value_dim) s.x = from_state(d, src);
-                if (col0 + p.col + 1 < g.value_dim) s.y = from_state(d, src + STATE_FEATURES);
-            }, c.state.s[m]);
-        }
-        const int r0 = base::template block_row0<BIG>(me, 0);
-        for (int i = warpgroup::laneid(); i < base::template blocks_of<BIG>(me) * HALF; i += WARPGROUP_THREADS)
-            c.output.z[r0 + i] = g.sum0 ? from_state(feature_at(r0 + i), g.sum0 + head * STATE_FEATURES) : 0.f;
+        base::template load_state<BIG>(c.state.s, c.output.z, g, c.task, me, true, from_state);
         rt<T, TILE_DIM, TILE_DIM> one, zero;
         for_each_pair([&](pair_pos, typename base::T2 &a, typename base::T2 &b) {
             a = base::to_pair(1.f, 1.f);
@@ -566,6 +503,7 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
     using typename base::qk_tile;
     using typename base::v_tile;
     using typename base::row_features_tile;
+    using typename base::features;
     using base::CHUNK;
     using base::DK;
     using base::FEATURES;
@@ -642,24 +580,7 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
         const globals &g = c.g;
         const int me = c.consumer;
         base::consumers_sync(); // the previous task's last chunk may still read what this rewrites
-        const size_t head = size_t(c.task.b) * g.heads + c.task.h;
-        const int col0 = c.task.split * VT;
-#pragma unroll
-        for (int m = 0; m < STATE_BLOCKS; m++) {
-            const int row0 = base::template block_row0<BIG>(me, m) + warpgroup::warp_row0();
-            for_each_pair([&](pair_pos p, float2 &s) {
-                s = make_float2(0.f, 0.f);
-                if (!g.state0) return;
-                const feature_def d = feature_at(row0 + p.row);
-                const float *src = g.state0 + (head * g.value_dim + col0 + p.col) * STATE_FEATURES;
-                if (col0 + p.col < g.value_dim) s.x = seed_row(d, src);
-                if (col0 + p.col + 1 < g.value_dim) s.y = seed_row(d, src + STATE_FEATURES);
-            }, c.state.r[m]);
-        }
-        const int r0 = base::template block_row0<BIG>(me, 0);
-        for (int i = warpgroup::laneid(); i < base::template blocks_of<BIG>(me) * HALF; i += WARPGROUP_THREADS)
-            c.output.rd[r0 + i] =
-                g.sum0 && c.task.split == 0 ? seed_row(feature_at(r0 + i), g.sum0 + head * STATE_FEATURES) : 0.f;
+        base::template load_state<BIG>(c.state.r, c.output.rd, g, c.task, me, c.task.split == 0, seed_row);
         warpgroup::sync();
         if (g.state0 || g.sum0) {
 #pragma unroll
@@ -698,8 +619,8 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
                 if (h == me) {
                     const int t = warpgroup::laneid();
                     row_features_tile &kf = key_features(c.output, me);
-                    if (t % 2 == 0) base::template build_row_features<0, FEATURES / 2>(kf, c.input.k[me], t / 2);
-                    else base::template build_row_features<FEATURES / 2, FEATURES / 2>(kf, c.input.k[me], t / 2);
+                    if (t % 2 == 0) features::template build_row_features<0, FEATURES / 2>(kf, c.input.k[me], t / 2);
+                    else features::template build_row_features<FEATURES / 2, FEATURES / 2>(kf, c.input.k[me], t / 2);
                     if (t < HALF) {
                         dd_tile &d = c.output.dd[parity][me];
                         const T x = base_types::convertor<T, float>::convert(first * c.input.dd[me].data[t]);

@@ -8,8 +8,10 @@
 #pragma once
 
 #include "based.h"
+#include "kittens.cuh"
 
 #include <array>
+#include <type_traits>
 #include <utility>
 
 namespace tk_based {
@@ -97,5 +99,108 @@ __host__ __device__ inline void to_state(const feature_def &d, float x, float *r
     if (c0 >= 0) row[c0] = v;
     if (c1 >= 0) row[c1] = v;
 }
+
+// This warp's rows of an fp32 state tile in registers (state rows row0 + p.row, value columns col0 + p.col) from the
+// exchanged layout at state0 ((batch * heads) x value_dim x STATE_FEATURES): row_of(d, column) reads kernel feature d
+// from one value column's STATE_FEATURES floats. Zeros without state0 and past value_dim. state0 and value_dim are
+// fields of the kernel's globals, taken by reference like its other reads of them.
+template <typename RT, typename RowOf>
+__device__ inline void load_state_rows(RT &s, const float *const &state0, size_t head, const int &value_dim, int col0,
+                                       int row0, RowOf &&row_of) {
+    kittens::for_each_pair([&](kittens::pair_pos p, float2 &v) {
+        v = make_float2(0.f, 0.f);
+        if (!state0) return;
+        const feature_def d = feature_at(row0 + p.row);
+        const float *src = state0 + (head * value_dim + col0 + p.col) * STATE_FEATURES;
+        if (col0 + p.col < value_dim) v.x = row_of(d, src);
+        if (col0 + p.col + 1 < value_dim) v.y = row_of(d, src + STATE_FEATURES);
+    }, s);
+}
+
+// ---------------------------------------------------------------- feature tiles in shared memory
+// What the forward and backward kernels build per chunk from a 16-column tile X of 16-bit inputs (T: bf16 or half):
+// Phi(X) (tokens x features, fp32 products rounded once) and Phi(X)^T (state rows x tokens, packed products of two
+// tokens, one multiply per pair).
+template <typename T> struct feature_tiles {
+    using T2 = typename kittens::base_types::packed_t<T>;
+
+    __device__ static inline T2 to_pair(float x, float y) {
+        return kittens::base_types::convertor<T2, float2>::convert(make_float2(x, y));
+    }
+    __device__ static inline float2 from_pair(uint32_t w) {
+        return kittens::base_types::convertor<float2, T2>::convert(kittens::detail::memory::bitcast<T2>(w));
+    }
+    __device__ static inline void store_word(uint32_t addr, uint32_t w) {
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w) : "memory");
+    }
+    // The 16 elements of row r of an input tile, as 8 packed pairs (two 16-byte loads).
+    template <typename X> __device__ static inline void load_row(uint32_t (&w)[8], const X &t, int r) {
+        static_assert(X::cols == FEATURE_DIM, "Based: input tiles hold one row of FEATURE_DIM elements per token");
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(t.idx(r, 0)));
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(t.idx(r, 8)));
+    }
+
+    // Phi(X) row r (token r of the tile x16), features F0 .. F0 + N - 1 into dst's row r, in fp32 then rounded once.
+    template <int F0, int N, typename Dst, typename X>
+    __device__ static inline void build_row_features(Dst &dst, const X &x16, int r) {
+        uint32_t w[8];
+        load_row(w, x16, r);
+        float x[FEATURE_DIM];
+#pragma unroll
+        for (int i = 0; i < FEATURE_DIM / 2; i++) {
+            const float2 p = from_pair(w[i]);
+            x[2 * i] = p.x;
+            x[2 * i + 1] = p.y;
+        }
+        // Eight features per 16-byte store.
+        for_features<0, N / 8>([&]<int G>() {
+            uint32_t out[4];
+            float v[8];
+            for_features<F0 + 8 * G, 8>([&]<int F>() {
+                constexpr feature_def d = kernel_feature<F>;
+                float &o = v[F - F0 - 8 * G];
+                if constexpr (d.kind == feature_kind::quadratic) o = x[d.a] * x[d.b];
+                else if constexpr (d.kind == feature_kind::linear) o = x[d.b];
+                else o = d.kind == feature_kind::constant ? 1.f : 0.f;
+            });
+#pragma unroll
+            for (int i = 0; i < 4; i++) out[i] = kittens::detail::memory::bitcast<uint32_t>(to_pair(v[2 * i], v[2 * i + 1]));
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst.idx(r, F0 + 8 * G)), "r"(out[0]),
+                         "r"(out[1]), "r"(out[2]), "r"(out[3])
+                         : "memory");
+        });
+    }
+
+    // Phi(X)^T columns 2p, 2p + 1 (tokens 2p, 2p + 1 of the chunk held by the two tiles x16), state rows
+    // F0 .. F0 + N - 1, into tile_of.operator()<F>() (the tile holding state row F, at row F % its rows); the constant
+    // feature's pair is constant_of() (the forward masks tokens past the end with it).
+    template <int F0, int N, typename TileOf, typename ConstantOf, typename X>
+    __device__ static inline void build_pair_features(TileOf &&tile_of, const X (&x16)[2], int p, ConstantOf &&constant_of) {
+        constexpr int ROWS = X::rows;
+        const X &x = x16[p / (ROWS / 2)];
+        const int r = 2 * p % ROWS;
+        uint32_t w0[8], w1[8];
+        load_row(w0, x, r);
+        load_row(w1, x, r + 1);
+        T2 pair[FEATURE_DIM]; // (x_2p[a], x_2p+1[a])
+#pragma unroll
+        for (int i = 0; i < FEATURE_DIM / 2; i++) {
+            pair[2 * i] = kittens::detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x5410));
+            pair[2 * i + 1] = kittens::detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x7632));
+        }
+        const T2 constant = constant_of();
+        for_features<F0, N>([&]<int F>() {
+            constexpr feature_def d = kernel_feature<F>;
+            T2 v;
+            if constexpr (d.kind == feature_kind::quadratic) v = kittens::base_ops::mul::op<T2>(pair[d.a], pair[d.b]);
+            else if constexpr (d.kind == feature_kind::linear) v = pair[d.b];
+            else if constexpr (d.kind == feature_kind::constant) v = constant;
+            else v = kittens::base_types::constants<T2>::zero();
+            auto &tile = tile_of.template operator()<F>();
+            store_word(tile.idx(F % std::remove_reference_t<decltype(tile)>::rows, 2 * p),
+                       kittens::detail::memory::bitcast<uint32_t>(v));
+        });
+    }
+};
 
 } // namespace tk_based

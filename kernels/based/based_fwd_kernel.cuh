@@ -32,7 +32,7 @@
 namespace tk_based {
 using namespace kittens;
 
-template <typename T, int DVT> struct based_fwd {
+template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
     static_assert(DVT % 16 == 0 && DVT >= 16 && DVT <= 64, "Based forward: a task's value block is 16..64 columns");
     static constexpr int DK = FEATURE_DIM;
     static constexpr int DV_BLOCK = DVT;   // value columns per task
@@ -44,6 +44,9 @@ template <typename T, int DVT> struct based_fwd {
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
     static constexpr int FEATURES = KERNEL_FEATURES;
+    using features = feature_tiles<T>;
+    using typename features::T2;
+    using features::to_pair;
     // State rows per consumer, in blocks of 64 (one wgmma row slab): consumer 0 rows 0..63 and 128..191 (two blocks,
     // of which rows 160.. are padding), consumer 1 rows 64..127. Consumer 1 has the larger intra-chunk share (two key
     // halves), which this balances; each consumer builds the key features of its own rows.
@@ -125,96 +128,30 @@ template <typename T, int DVT> struct based_fwd {
 
     // ---------------------------------------------------------------- feature tiles
 
-    using T2 = typename base_types::packed_t<T>;
-    __device__ static inline T2 to_pair(float x, float y) {
-        return base_types::convertor<T2, float2>::convert(make_float2(x, y));
-    }
-    // The 16 elements of row r of a Q or K tile, as 8 packed pairs (two 16-byte loads).
-    __device__ static inline void load_row(uint32_t (&w)[8], const qk_tile &t, int r) {
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(t.idx(r, 0)));
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(t.idx(r, 8)));
-    }
-
-    // Phi(Q) row r (query r of this consumer's half), features F0 .. F0 + N - 1, in fp32 then rounded once.
-    template <int F0, int N> __device__ static inline void build_query_features(q_features_tile &dst, const qk_tile &q, int r) {
-        uint32_t w[8];
-        load_row(w, q, r);
-        float x[DK];
-#pragma unroll
-        for (int i = 0; i < DK / 2; i++) {
-            const float2 p = base_types::convertor<float2, T2>::convert(detail::memory::bitcast<T2>(w[i]));
-            x[2 * i] = p.x;
-            x[2 * i + 1] = p.y;
-        }
-        // Eight features per 16-byte store.
-        for_features<0, N / 8>([&]<int G>() {
-            uint32_t out[4];
-            float v[8];
-            for_features<F0 + 8 * G, 8>([&]<int F>() {
-                constexpr feature_def d = kernel_feature<F>;
-                float &dst = v[F - F0 - 8 * G];
-                if constexpr (d.kind == feature_kind::quadratic) dst = x[d.a] * x[d.b];
-                else if constexpr (d.kind == feature_kind::linear) dst = x[d.b];
-                else dst = d.kind == feature_kind::constant ? 1.f : 0.f;
-            });
-#pragma unroll
-            for (int i = 0; i < 4; i++) out[i] = detail::memory::bitcast<uint32_t>(to_pair(v[2 * i], v[2 * i + 1]));
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst.idx(r, F0 + 8 * G)), "r"(out[0]),
-                         "r"(out[1]), "r"(out[2]), "r"(out[3])
-                         : "memory");
-        });
-    }
-
-    // Phi(K)^T columns 2p, 2p + 1 (keys 2p, 2p + 1 of the chunk), state rows F0 .. F0 + N - 1, stored in the tiles of
-    // rows 64 * (F0 / 64) ..; products of packed pairs (one multiply per two keys, each rounded once).
-    template <int F0, int N>
-    __device__ static inline void build_key_features(typename based_fwd::output_block &out, const input_block &in, int p,
-                                                     bool first_valid, bool second_valid) {
-        const qk_tile &k = in.k[p / (HALF / 2)];
-        const int r = 2 * p % HALF;
-        uint32_t w0[8], w1[8];
-        load_row(w0, k, r);
-        load_row(w1, k, r + 1);
-        T2 pair[DK]; // (k_2p[a], k_2p+1[a])
-#pragma unroll
-        for (int i = 0; i < DK / 2; i++) {
-            pair[2 * i] = detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x5410));
-            pair[2 * i + 1] = detail::memory::bitcast<T2>(__byte_perm(w0[i], w1[i], 0x7632));
-        }
-        const T2 ones = to_pair(first_valid ? 1.f : 0.f, second_valid ? 1.f : 0.f);
-        for_features<F0, N>([&]<int F>() {
-            constexpr feature_def d = kernel_feature<F>;
-            T2 v;
-            if constexpr (d.kind == feature_kind::quadratic) v = base_ops::mul::op<T2>(pair[d.a], pair[d.b]);
-            else if constexpr (d.kind == feature_kind::linear) v = pair[d.b];
-            else if constexpr (d.kind == feature_kind::constant) v = ones;
-            else v = base_types::constants<T2>::zero();
-            const uint32_t word = detail::memory::bitcast<uint32_t>(v);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(out.k_features[F / HALF].idx(F % HALF, 2 * p)), "r"(word) : "memory");
-        });
-    }
-
     // This consumer's feature tiles for the chunk: Phi(Q) two threads per query, Phi(K)^T two threads per key pair.
     __device__ static inline void build_features(lcsf::consumer_args<based_fwd> &c) {
         const int t = warpgroup::laneid(), me = c.consumer;
         const int query = t / 2;
-        if (t % 2 == 0) build_query_features<0, FEATURES / 2>(c.output.q_features[me], c.input.q[me], query);
-        else build_query_features<FEATURES / 2, FEATURES / 2>(c.output.q_features[me], c.input.q[me], query);
+        if (t % 2 == 0) features::template build_row_features<0, FEATURES / 2>(c.output.q_features[me], c.input.q[me], query);
+        else features::template build_row_features<FEATURES / 2, FEATURES / 2>(c.output.q_features[me], c.input.q[me], query);
         const int p = t % (CHUNK / 2), part = t / (CHUNK / 2);
         const int key = c.iter * CHUNK + 2 * p;
         const bool v0 = key < c.g.len, v1 = key + 1 < c.g.len;
+        // The constant feature of keys past the end is masked.
+        const auto ones = [&] { return to_pair(v0 ? 1.f : 0.f, v1 ? 1.f : 0.f); };
+        const auto tile_of = [&]<int F>() -> k_features_tile & { return c.output.k_features[F / HALF]; };
         // 96 rows (0..63, 128..159; 160..191 stay zero from setup) or 64 rows (64..127), half per thread.
         constexpr int TAIL = FEATURES - 2 * HALF;
         if (me == 0) {
             if (part == 0) {
-                build_key_features<0, HALF - TAIL / 2>(c.output, c.input, p, v0, v1);
+                features::template build_pair_features<0, HALF - TAIL / 2>(tile_of, c.input.k, p, ones);
             } else {
-                build_key_features<HALF - TAIL / 2, TAIL / 2>(c.output, c.input, p, v0, v1);
-                build_key_features<2 * HALF, TAIL>(c.output, c.input, p, v0, v1);
+                features::template build_pair_features<HALF - TAIL / 2, TAIL / 2>(tile_of, c.input.k, p, ones);
+                features::template build_pair_features<2 * HALF, TAIL>(tile_of, c.input.k, p, ones);
             }
         } else {
-            if (part == 0) build_key_features<HALF, HALF / 2>(c.output, c.input, p, v0, v1);
-            else build_key_features<3 * HALF / 2, HALF / 2>(c.output, c.input, p, v0, v1);
+            if (part == 0) features::template build_pair_features<HALF, HALF / 2>(tile_of, c.input.k, p, ones);
+            else features::template build_pair_features<3 * HALF / 2, HALF / 2>(tile_of, c.input.k, p, ones);
         }
         async_proxy_fence(); // read by wgmma (the async proxy) after the consumer's barrier
     }
@@ -250,15 +187,8 @@ template <typename T, int DVT> struct based_fwd {
         const int col0 = c.task.vb * DVT;
 #pragma unroll
         for (int m = 0; m < STATE_BLOCKS; m++) {
-            const int row0 = block_row0(me, m) + warpgroup::warp_row0();
-            for_each_pair([&](pair_pos p, float2 &s) {
-                s = make_float2(0.f, 0.f);
-                if (!g.kv0) return;
-                const feature_def d = feature_at(row0 + p.row);
-                const float *src = g.kv0 + (head * g.value_dim + col0 + p.col) * STATE_FEATURES;
-                if (col0 + p.col < g.value_dim) s.x = from_state(d, src);
-                if (col0 + p.col + 1 < g.value_dim) s.y = from_state(d, src + STATE_FEATURES);
-            }, c.state.kv[m]);
+            load_state_rows(c.state.kv[m], g.kv0, head, g.value_dim, col0, block_row0(me, m) + warpgroup::warp_row0(),
+                            from_state);
         }
         // This consumer's feature sums, one thread per state row.
         for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
