@@ -12,14 +12,12 @@ bf16 noise or if the loss did not fall.
 
 The Based layers mix tokens through their recurrent state (the Taylor feature map of 16-wide query and key
 projections); the attention layers recall exact tokens, which the data asks for: each sequence repeats a random
-segment (the Markov-chain data of examples/train_gpt.py, whose data, training loop, timing and tolerance this
-example reuses).
+segment (the Markov-chain data of examples/train_gpt.py, whose model skeleton, data, training loop, timing and
+comparison this example reuses).
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import math
 import sys
 from pathlib import Path
 
@@ -30,8 +28,8 @@ from torch import nn
 import tk_ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gpt import (TOLERANCE_ABS, TOLERANCE_REL, VOCAB, TorchAttention, init_weights, make_data,  # noqa: E402
-                       train, windowed)
+from train_gpt import (Block, LanguageModel, add_run_args, attention, compare_training, make_data,  # noqa: E402
+                       twin_models)
 
 FEATURE_DIM = 16  # the width of the query and key projections per Based head
 
@@ -94,42 +92,15 @@ class TorchBased(nn.Module):
 
 # ---------------------------------------------------------------- model
 
-class Block(nn.Module):
-    """Pre-LN block: a token mixer (Based "B" or attention "A"), then an MLP."""
-
-    def __init__(self, kind: str, dim: int, heads: int, based_heads: int, use_tk: bool):
-        super().__init__()
-        linear = tk_ops.nn.Linear if use_tk else nn.Linear
-        self.ln1 = nn.LayerNorm(dim, dtype=torch.bfloat16)
-        if kind == "B":
-            self.mixer = (tk_ops.nn.BasedLinearAttention(dim, based_heads) if use_tk else TorchBased(dim, based_heads))
-        else:
-            self.mixer = (tk_ops.nn.Attention(dim, heads, causal=True) if use_tk else TorchAttention(dim, heads, heads))
-        self.ln2 = nn.LayerNorm(dim, dtype=torch.bfloat16)
-        self.up = linear(dim, 4 * dim, dtype=torch.bfloat16)
-        self.down = linear(4 * dim, dim, dtype=torch.bfloat16)
-
-    def forward(self, x):
-        x = x + self.mixer(self.ln1(x))
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
-
-
-class HybridLM(nn.Module):
-    """Token and position embeddings, the blocks of `pattern`, final LayerNorm, untied output head."""
+class HybridLM(LanguageModel):
+    """A LanguageModel (examples/train_gpt.py) of the blocks of `pattern`: a Based mixer for B, attention for A."""
 
     def __init__(self, pattern: str, dim: int, heads: int, based_heads: int, seq: int, use_tk: bool):
-        super().__init__()
-        self.tok = nn.Embedding(VOCAB, dim, dtype=torch.bfloat16)
-        self.pos = nn.Embedding(seq, dim, dtype=torch.bfloat16)
-        self.blocks = nn.ModuleList(Block(kind, dim, heads, based_heads, use_tk) for kind in pattern)
-        self.ln = nn.LayerNorm(dim, dtype=torch.bfloat16)
-        self.head = (tk_ops.nn.Linear if use_tk else nn.Linear)(dim, VOCAB, bias=False, dtype=torch.bfloat16)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln(x))
+        def mixer(kind):
+            if kind == "B":
+                return tk_ops.nn.BasedLinearAttention(dim, based_heads) if use_tk else TorchBased(dim, based_heads)
+            return attention(dim, heads, heads, use_tk)
+        super().__init__((Block(mixer(kind), dim, use_tk) for kind in pattern), dim, seq, use_tk)
 
 
 # ---------------------------------------------------------------- run
@@ -153,15 +124,7 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=8, help="attention heads")
     p.add_argument("--based-heads", type=int, default=8,
                    help="Based heads; dim / based-heads (the value dimension) must be a multiple of 16 up to 128")
-    p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--every", type=int, default=25, help="steps per printed (and compared) loss value")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="largest allowed difference between the curves, in nats (default: 0.05 + 3%% of the loss)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile both models (the first steps, untimed, include compilation)")
+    add_run_args(p)
     p.add_argument("--quick", action="store_true", help="tiny smoke run: 40 steps, pattern BA, seq 256, batch 4")
     args = p.parse_args(argv)
     if args.quick:
@@ -196,47 +159,13 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     data = make_data(args.steps, args.batch, args.seq, args.seed, device)
     config = (args.pattern, args.dim, args.heads, args.based_heads, args.seq)
-    ours = HybridLM(*config, use_tk=True).to(device)
-    init_weights(ours, len(args.pattern))
-    theirs = HybridLM(*config, use_tk=False).to(device)
-    theirs.load_state_dict(copy.deepcopy(ours.state_dict()))
+    ours, theirs = twin_models(lambda use_tk: HybridLM(*config, use_tk=use_tk), len(args.pattern), device)
     print(f"hybrid LM: layers {' '.join(args.pattern)} (B: Based, {args.based_heads} heads, feature dim "
           f"{FEATURE_DIM}, value dim {value_dim}; A: attention, {args.heads} heads), dim {args.dim}, seq {args.seq}, "
           f"batch {args.batch}, {sum(p.numel() for p in ours.parameters()):,} parameters (bf16), AdamW lr {args.lr}, "
           f"{args.steps} steps; the PyTorch Based mixing matches the float64 reference to {peer_err:.1e}")
 
-    warmup = min(10, args.steps // 2)
-    run_tk, run_pt = (torch.compile(ours), torch.compile(theirs)) if args.compile else (ours, theirs)
-    loss_tk, ms_tk = train(run_tk, data, args.lr, warmup)
-    loss_pt, ms_pt = train(run_pt, data, args.lr, warmup)
-
-    curve_tk, curve_pt = windowed(loss_tk, args.every), windowed(loss_pt, args.every)
-    print(f"\nmean loss per {args.every} steps")
-    print(f"{'step':>6}  {'tk_ops':>8}  {'torch':>8}  {'diff':>8}")
-    worst, worst_allowed, failed = 0.0, 0.0, False
-    for (step, a), (_, b) in zip(curve_tk, curve_pt):
-        diff = abs(a - b)
-        allowed = args.tolerance if args.tolerance is not None else TOLERANCE_ABS + TOLERANCE_REL * b
-        failed |= not diff <= allowed  # NaN fails too
-        if diff > worst or math.isnan(diff):
-            worst, worst_allowed = diff, allowed
-        print(f"{step:>6}  {a:>8.4f}  {b:>8.4f}  {diff:>8.4f}")
-    print(f"\nmean step time (after {warmup} warm-up steps): tk_ops {ms_tk:.2f} ms, torch {ms_pt:.2f} ms "
-          f"({ms_pt / ms_tk:.2f}x)")
-    print(f"max |difference| between the curves: {worst:.4f} nats (allowed there: {worst_allowed:.4f})")
-
-    # The comparison means something only if the model learned: the loss must fall well below the uniform guess's.
-    last = max(curve_tk[-1][1], curve_pt[-1][1])
-    learned = last < 0.6 * math.log(VOCAB)
-    if failed:
-        print("FAIL: the tk_ops and torch loss curves disagree beyond bf16 noise", file=sys.stderr)
-        return 1
-    if not learned and not args.quick:
-        print(f"FAIL: the loss did not fall enough (last window {last:.3f}, needs < {0.6 * math.log(VOCAB):.3f})",
-              file=sys.stderr)
-        return 1
-    print("OK: the curves agree")
-    return 0
+    return compare_training(ours, theirs, data, args)
 
 
 if __name__ == "__main__":

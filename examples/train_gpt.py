@@ -52,30 +52,36 @@ class TorchAttention(nn.Module):
         return self.proj(o.transpose(1, 2).reshape(b, n, self.h * self.d))
 
 
+def attention(dim: int, heads: int, kv_heads: int, use_tk: bool) -> nn.Module:
+    """Causal multi-head attention (GQA when kv_heads < heads) on tk_ops or on PyTorch kernels."""
+    return tk_ops.nn.Attention(dim, heads, kv_heads, causal=True) if use_tk else TorchAttention(dim, heads, kv_heads)
+
+
 class Block(nn.Module):
-    def __init__(self, dim: int, heads: int, kv_heads: int, use_tk: bool):
+    """Pre-LN block: a token mixer (attention here; examples/train_based.py also passes Based layers), then an MLP."""
+
+    def __init__(self, mixer: nn.Module, dim: int, use_tk: bool):
         super().__init__()
         linear = tk_ops.nn.Linear if use_tk else nn.Linear
         self.ln1 = nn.LayerNorm(dim, dtype=torch.bfloat16)
-        self.attn = (tk_ops.nn.Attention(dim, heads, kv_heads, causal=True) if use_tk
-                     else TorchAttention(dim, heads, kv_heads))
+        self.mixer = mixer
         self.ln2 = nn.LayerNorm(dim, dtype=torch.bfloat16)
         self.up = linear(dim, 4 * dim, dtype=torch.bfloat16)
         self.down = linear(4 * dim, dim, dtype=torch.bfloat16)
 
     def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+        x = x + self.mixer(self.ln1(x))
         return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
 
 
-class GPT(nn.Module):
-    """Token and position embeddings, pre-LN transformer blocks, final LayerNorm, untied output head."""
+class LanguageModel(nn.Module):
+    """Token and position embeddings, the given blocks, final LayerNorm, untied output head."""
 
-    def __init__(self, layers: int, dim: int, heads: int, kv_heads: int, seq: int, use_tk: bool):
+    def __init__(self, blocks, dim: int, seq: int, use_tk: bool):
         super().__init__()
         self.tok = nn.Embedding(VOCAB, dim, dtype=torch.bfloat16)
         self.pos = nn.Embedding(seq, dim, dtype=torch.bfloat16)
-        self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, use_tk) for _ in range(layers))
+        self.blocks = nn.ModuleList(blocks)
         self.ln = nn.LayerNorm(dim, dtype=torch.bfloat16)
         self.head = (tk_ops.nn.Linear if use_tk else nn.Linear)(dim, VOCAB, bias=False, dtype=torch.bfloat16)
 
@@ -86,7 +92,15 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def init_weights(model: GPT, layers: int):
+class GPT(LanguageModel):
+    """A LanguageModel of `layers` attention blocks."""
+
+    def __init__(self, layers: int, dim: int, heads: int, kv_heads: int, seq: int, use_tk: bool):
+        super().__init__((Block(attention(dim, heads, kv_heads, use_tk), dim, use_tk) for _ in range(layers)), dim, seq,
+                         use_tk)
+
+
+def init_weights(model: LanguageModel, layers: int):
     """GPT-2 style: N(0, 0.02), residual output projections scaled down by sqrt(2 * layers)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -97,6 +111,15 @@ def init_weights(model: GPT, layers: int):
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.zero_()
+
+
+def twin_models(build, layers: int, device) -> tuple[nn.Module, nn.Module]:
+    """build(use_tk=True) with init_weights' weights, and build(use_tk=False) holding the same weights."""
+    ours = build(use_tk=True).to(device)
+    init_weights(ours, layers)
+    theirs = build(use_tk=False).to(device)
+    theirs.load_state_dict(copy.deepcopy(ours.state_dict()))
+    return ours, theirs
 
 
 # ---------------------------------------------------------------- data
@@ -122,7 +145,7 @@ def make_data(steps: int, batch: int, seq: int, seed: int, device) -> torch.Tens
 
 # ---------------------------------------------------------------- training
 
-def train(model: GPT, data: torch.Tensor, lr: float, warmup: int) -> tuple[list[float], float]:
+def train(model: nn.Module, data: torch.Tensor, lr: float, warmup: int) -> tuple[list[float], float]:
     """Losses per step and the mean step time in ms (CUDA events; steps after `warmup` only)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     steps = data.shape[0]
@@ -152,6 +175,19 @@ def windowed(losses: list[float], every: int) -> list[tuple[int, float]]:
             for i in range(0, len(losses), every)]
 
 
+def add_run_args(p: argparse.ArgumentParser):
+    """The options of a comparison run that do not depend on the model (compare_training reads them)."""
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--every", type=int, default=25, help="steps per printed (and compared) loss value")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="largest allowed difference between the curves, in nats (default: 0.05 + 3%% of the loss)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile both models (the first steps, untimed, include compilation)")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -160,15 +196,7 @@ def parse_args(argv=None):
     p.add_argument("--dim", type=int, default=512, help="model width; dim / heads must be 64 or 128")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA); default: --heads")
-    p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--every", type=int, default=25, help="steps per printed (and compared) loss value")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="largest allowed difference between the curves, in nats (default: 0.05 + 3%% of the loss; see TOLERANCE_ABS)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile both models (the first steps, untimed, include compilation)")
+    add_run_args(p)
     p.add_argument("--quick", action="store_true", help="tiny smoke run: 40 steps, 2 layers, seq 256, batch 4")
     args = p.parse_args(argv)
     if args.quick:
@@ -188,28 +216,9 @@ def parse_args(argv=None):
 TOLERANCE_ABS, TOLERANCE_REL = 0.05, 0.03
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if not torch.cuda.is_available():
-        print("error: this example trains on a CUDA GPU (tk_ops kernels need an H100/H200)", file=sys.stderr)
-        return 2
-    if args.dim % args.heads or args.dim // args.heads not in (64, 128):
-        print(f"error: --dim / --heads must be 64 or 128 (the head dimensions tk_ops.attention supports), "
-              f"got {args.dim} / {args.heads}", file=sys.stderr)
-        return 2
-    device = torch.device("cuda")
-    torch.manual_seed(args.seed)
-    data = make_data(args.steps, args.batch, args.seq, args.seed, device)
-    config = (args.layers, args.dim, args.heads, args.kv_heads, args.seq)
-
-    ours = GPT(*config, use_tk=True).to(device)
-    init_weights(ours, args.layers)
-    theirs = GPT(*config, use_tk=False).to(device)
-    theirs.load_state_dict(copy.deepcopy(ours.state_dict()))
-    print(f"GPT: {args.layers} layers, dim {args.dim}, {args.heads} heads ({args.kv_heads} kv), head_dim "
-          f"{args.dim // args.heads}, seq {args.seq}, batch {args.batch}, {sum(p.numel() for p in ours.parameters()):,}"
-          f" parameters (bf16), AdamW lr {args.lr}, {args.steps} steps")
-
+def compare_training(ours: nn.Module, theirs: nn.Module, data: torch.Tensor, args) -> int:
+    """Train the tk_ops model and its PyTorch twin (same initial weights) on `data`, print both loss curves and step
+    times, and judge them: 0 when the curves agree and the loss fell, 1 otherwise (the exit status of main)."""
     warmup = min(10, args.steps // 2)
     run_tk, run_pt = (torch.compile(ours), torch.compile(theirs)) if args.compile else (ours, theirs)
     loss_tk, ms_tk = train(run_tk, data, args.lr, warmup)
@@ -218,8 +227,7 @@ def main(argv=None) -> int:
     curve_tk, curve_pt = windowed(loss_tk, args.every), windowed(loss_pt, args.every)
     print(f"\nmean loss per {args.every} steps")
     print(f"{'step':>6}  {'tk_ops':>8}  {'torch':>8}  {'diff':>8}")
-    worst, worst_allowed = 0.0, 0.0
-    failed = False
+    worst, worst_allowed, failed = 0.0, 0.0, False
     for (step, a), (_, b) in zip(curve_tk, curve_pt):
         diff = abs(a - b)
         allowed = args.tolerance if args.tolerance is not None else TOLERANCE_ABS + TOLERANCE_REL * b
@@ -244,6 +252,28 @@ def main(argv=None) -> int:
         return 1
     print("OK: the curves agree")
     return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: this example trains on a CUDA GPU (tk_ops kernels need an H100/H200)", file=sys.stderr)
+        return 2
+    if args.dim % args.heads or args.dim // args.heads not in (64, 128):
+        print(f"error: --dim / --heads must be 64 or 128 (the head dimensions tk_ops.attention supports), "
+              f"got {args.dim} / {args.heads}", file=sys.stderr)
+        return 2
+    device = torch.device("cuda")
+    torch.manual_seed(args.seed)
+    data = make_data(args.steps, args.batch, args.seq, args.seed, device)
+    config = (args.layers, args.dim, args.heads, args.kv_heads, args.seq)
+
+    ours, theirs = twin_models(lambda use_tk: GPT(*config, use_tk=use_tk), args.layers, device)
+    print(f"GPT: {args.layers} layers, dim {args.dim}, {args.heads} heads ({args.kv_heads} kv), head_dim "
+          f"{args.dim // args.heads}, seq {args.seq}, batch {args.batch}, {sum(p.numel() for p in ours.parameters()):,}"
+          f" parameters (bf16), AdamW lr {args.lr}, {args.steps} steps")
+
+    return compare_training(ours, theirs, data, args)
 
 
 if __name__ == "__main__":
