@@ -11,7 +11,9 @@ import torch
 import tk_ops
 from tk_ops import reference
 from tk_ops.bench import attention as attention_bench
-from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
+
+from ..util import empty as t, skip_unless_built
 
 
 @pytest.fixture
@@ -19,14 +21,7 @@ def built():
     """The ops, their argument rules, Meta kernels and autograd formula are C++ (kernels/attention/), registered when
     the extension loads: the tests of those load it (no GPU needed), and have nothing to test where it was not
     built."""
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"the attention ops are compiled into the extension, which is not built here ({e})")
-
-
-def t(*shape, dtype=torch.bfloat16, device="cpu"):
-    return torch.empty(*shape, dtype=dtype, device=device)
+    skip_unless_built("the attention ops")
 
 
 def test_rejects_float32(built):

@@ -13,8 +13,10 @@ import torch
 import tk_ops
 import tk_ops.nn as tk_nn
 from tk_ops import reference
-from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 from tk_ops.reference.based import feature_map
+
+from ..util import empty as t, read_in_place, skip_unless_built
 
 F = 273
 
@@ -23,14 +25,7 @@ F = 273
 def built():
     """The ops, their rules, Meta kernels and autograd formula are C++, registered when the extension loads: the tests
     of those load it (no GPU needed), and have nothing to test where it was not built."""
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"the Based ops are compiled into the extension, which is not built here ({e})")
-
-
-def t(*shape, dtype=torch.bfloat16, device="cpu"):
-    return torch.empty(*shape, dtype=dtype, device=device)
+    skip_unless_built("the Based ops")
 
 
 def qkv(b=1, h=2, n=8, dv=64, dtype=torch.bfloat16, device="cpu"):
@@ -563,11 +558,6 @@ def textbook(x, qkv_w, qkv_b, proj_w, proj_b, h, normalize, eps):
     if normalize:
         o = o / (w.sum(-1, keepdim=True) + eps)
     return torch.nn.functional.linear(o.transpose(1, 2).reshape(b, n, e), proj_w, proj_b)
-
-
-def read_in_place(t):
-    """Whether the forward's TMA reads this (B, H, N, D) view without a copy (common/bhnd_tensors.h)."""
-    return t.stride(3) == 1 and all(t.shape[i] == 1 or t.stride(i) % 8 == 0 for i in range(3))
 
 
 def small_module(bias, normalize, heads=4, dv=16):

@@ -5,23 +5,16 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError, TkOpsError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError, TkOpsError
 from tk_ops.errors import BackwardNotBuiltError
+
+from ..util import empty as t, skip_unless_built
 
 
 @pytest.fixture
 def built():
     """The ops and their rules are C++, registered when the extension loads (no GPU needed)."""
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"the FFT convolution ops are compiled into the extension, which is not built here ({e})")
-    if "fftconv" not in tk_ops._ext.built_families():
-        pytest.skip("this build of the extension has no FFT convolution kernels (configs.py)")
-
-
-def t(*shape, dtype=torch.bfloat16, device="cpu"):
-    return torch.empty(*shape, dtype=dtype, device=device)
+    skip_unless_built("the FFT convolution ops", "fftconv")
 
 
 def conv_args(b=2, h=4, n=100, nk=100, dtype=torch.bfloat16, k_dtype=torch.float32, device="cpu"):

@@ -5,15 +5,14 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
+
+from ..util import skip_unless_built
 
 
 @pytest.fixture(autouse=True)
 def built():
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"the GEMM ops and their checks are compiled into the extension, which is not built here ({e})")
+    skip_unless_built("the GEMM ops and their checks")
 
 
 def bf16(*shape):

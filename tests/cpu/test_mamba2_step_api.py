@@ -5,22 +5,15 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops.errors import DeviceMismatchError, DTypeError, ExtensionNotBuiltError, InputError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
+
+from ..util import empty as t, skip_unless_built
 
 
 @pytest.fixture
 def built():
     """The op and its rules are C++, registered when the extension loads (no GPU needed)."""
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"the Mamba-2 step is compiled into the extension, which is not built here ({e})")
-    if "mamba2" not in tk_ops._ext.built_families():
-        pytest.skip("this build of the extension has no Mamba-2 kernels (configs.py)")
-
-
-def t(*shape, dtype=torch.bfloat16, device="cpu"):
-    return torch.empty(*shape, dtype=dtype, device=device)
+    skip_unless_built("the Mamba-2 step", "mamba2")
 
 
 def step_args(b=2, h=4, g=2, p=64, n=128, dtype=torch.bfloat16, device="cpu"):

@@ -7,24 +7,15 @@ these tests need it built."""
 import pytest
 import torch
 
-import tk_ops
 import tk_ops.nn as tk_nn
 from tk_ops import reference
-from tk_ops.errors import ExtensionNotBuiltError
+
+from ..util import read_in_place, skip_unless_built
 
 
 @pytest.fixture(autouse=True)
 def extension():
-    try:
-        tk_ops._ext.extension()
-    except ExtensionNotBuiltError as e:
-        pytest.skip(f"nn.Attention checks its head dimension against the built kernels ({e})")
-
-
-def read_in_place(t):
-    """Whether the attention kernels' TMA reads this (B, H, N, D) view without a copy (the rule is in
-    kernels/attention/binding.cpp): D dense, the other strides multiples of 8 elements."""
-    return t.stride(3) == 1 and all(t.shape[i] == 1 or t.stride(i) % 8 == 0 for i in range(3))
+    skip_unless_built("nn.Attention checks its head dimension against the built kernels")
 
 
 @pytest.fixture

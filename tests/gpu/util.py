@@ -36,3 +36,10 @@ def poison(t: torch.Tensor) -> torch.Tensor:
         t.view(torch.uint8).fill_(0x7F)
         return t
     return t.fill_(-12345)
+
+
+def fresh_pool_with_nan(numel: int, dtype=torch.float32) -> None:
+    """Leave a poisoned (NaN) block of `numel` elements in the caching allocator, where an op's outputs will be
+    allocated next, so an output element the kernel fails to write shows."""
+    poison(torch.empty(numel, device="cuda", dtype=dtype))
+    torch.cuda.synchronize()

@@ -7,16 +7,10 @@ import torch
 import tk_ops
 from tk_ops import reference
 
-from ..util import rel_err
+from ..util import fresh_pool_with_nan, rel_err
 
 TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
 LSE_ATOL = 2e-3  # the scores are exact products of the 16-bit inputs, summed in fp32
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a NaN-filled block in the caching allocator, so an output the kernel fails to write shows."""
-    torch.empty(numel, device="cuda", dtype=torch.float32).fill_(float("nan"))
-    torch.cuda.synchronize()
 
 
 def qkv(b, hq, hk, nq, nk, d, dtype):

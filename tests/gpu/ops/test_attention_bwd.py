@@ -8,19 +8,13 @@ import torch
 import tk_ops
 from tk_ops import reference
 
-from ..util import rel_err
+from ..util import fresh_pool_with_nan, rel_err
 
 # ||grad - ref|| / ||ref||. Twice the forward's tolerances: the backward rounds once more on the way (dS goes
 # to 16 bits before the dQ and dK products, and O, dO enter delta in 16 bits).
 TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2}
 # max |grad - ref| / max |ref|: catches a wrong row or tile that the norm would average away.
 MAX_TOL = {torch.bfloat16: 5e-2, torch.float16: 2.5e-2}
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a NaN-filled block in the caching allocator, so a gradient the kernel fails to write shows."""
-    torch.empty(numel, device="cuda", dtype=torch.float32).fill_(float("nan"))
-    torch.cuda.synchronize()
 
 
 def qkv(b, hq, hk, nq, nk, d, dtype):

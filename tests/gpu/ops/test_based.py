@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 from tk_ops.reference.based import based as based_ref, based_step as based_step_ref
 
-from ..util import poison, rel_err
+from ...util import requires_families
+from ..util import fresh_pool_with_nan, rel_err
 
 # bf16 / fp16 inputs, fp32 accumulation: the output and the state (whose update multiplies 16-bit features) land
 # between 1e-3 and 1e-2 of the float64 reference.
@@ -21,21 +21,7 @@ DK = 16
 F = 273
 
 
-def _based_built() -> bool:
-    try:
-        return "based" in _ext.built_families()
-    except Exception:  # no extension at all
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels are not in this build (configs.py)")
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a poisoned (NaN) block in the caching allocator, where the op's outputs will be allocated, so an output
-    element the kernel fails to write shows."""
-    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
-    torch.cuda.synchronize()
+pytestmark = requires_families("based")
 
 
 def qkv(b, h, n, dv, dtype=torch.bfloat16, seed=0):

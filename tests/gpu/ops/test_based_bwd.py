@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.reference.based import based as based_ref
 
-from ..util import poison
+from ...util import requires_families
+from ..util import fresh_pool_with_nan
 
 # ||grad - ref|| / ||ref||: the backward rounds to 16 bits once more than the forward (dS, W and dN go to 16 bits
 # before their products, and the states' images are 16-bit).
@@ -21,20 +21,7 @@ DK = 16
 GRADS = ("dq", "dk", "dv", "d_kv0", "d_k_sum0")
 
 
-def _based_built() -> bool:
-    try:
-        return "based" in _ext.built_families()
-    except Exception:  # no extension at all
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels are not in this build (configs.py)")
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a NaN-filled block in the caching allocator, so a gradient the kernel fails to write shows."""
-    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
-    torch.cuda.synchronize()
+pytestmark = requires_families("based")
 
 
 def err(got: torch.Tensor, ref: torch.Tensor) -> float:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.errors import DeviceMismatchError
 from tk_ops.reference.based import based as based_ref, based_step as based_step_ref
 
+from ...util import requires_families
 from ..util import rel_err
 
 TOL = 1e-2       # the output, rounded to bf16 / fp16
@@ -17,14 +17,7 @@ STATE_TOL = 1e-5  # the fp32 state after one token: fp32 arithmetic on exact inp
 DK, F = 16, 273
 
 
-def _based_built() -> bool:
-    try:
-        return "based" in _ext.built_families()
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels are not in this build (configs.py)")
+pytestmark = requires_families("based")
 
 
 def token(b, h, dv, dtype=torch.bfloat16, seed=0):

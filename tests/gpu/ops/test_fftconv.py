@@ -9,31 +9,17 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.reference.fftconv import fftconv as conv_ref
 
-from ..util import poison, rel_err
+from ...util import requires_families
+from ..util import fresh_pool_with_nan, rel_err
 
 # 16-bit DFT operands and intermediates, fp32 accumulation: a CPU emulation of the kernels' rounding gives at most
 # 4.9e-3 (bf16) and 5.5e-4 (fp16) at these sizes (docs/fftconv.md).
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
-def _fftconv_built() -> bool:
-    try:
-        return "fftconv" in _ext.built_families()
-    except Exception:  # no extension at all
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _fftconv_built(), reason="the 'fftconv' kernels are not in this build (configs.py)")
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a poisoned (NaN) block in the caching allocator, where the op's output will be allocated, so an output
-    element the kernel fails to write shows."""
-    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
-    torch.cuda.synchronize()
+pytestmark = requires_families("fftconv")
 
 
 def problem(b, h, n, nk, dtype=torch.bfloat16, k_dtype=torch.float32, seed=0):

@@ -6,15 +6,9 @@ import tk_ops
 from tk_ops import reference
 from tk_ops.errors import InputError
 
-from ..util import assert_close, rel_err
+from ..util import assert_close, fresh_pool_with_nan, rel_err
 
 BF16_TOL = 1e-2  # bf16 output rounding of an fp32-accumulated product lands near 3e-3
-
-
-def fresh_pool_with_nan(numel: int, dtype=torch.bfloat16):
-    """Leave a NaN-filled block in the caching allocator, so an output the kernel fails to write shows."""
-    torch.empty(numel, device="cuda", dtype=dtype).fill_(float("nan"))
-    torch.cuda.synchronize()
 
 
 def make_operand(rows, cols, transposed, dtype=torch.bfloat16):
@@ -41,7 +35,7 @@ def test_matmul(mnk, a_t, b_t):
     if a_t and m % 8:
         pytest.skip("a transposed view with M % 8 != 0 is copied first: covered by the a_row case")
     a, b = make_operand(m, k, a_t), make_operand(k, n, b_t)
-    fresh_pool_with_nan(m * n)
+    fresh_pool_with_nan(m * n, torch.bfloat16)
     out = tk_ops.matmul(a, b)
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
     assert_close(out, reference.matmul(a, b), BF16_TOL, f"matmul {mnk}")
@@ -52,7 +46,7 @@ def test_matmul_output_larger_than_l2(b_t):
     """Short K with an output bigger than L2 (the resident-B configuration, with L2 eviction hints, ragged N)."""
     m, n, k = 8192, 8200, 256
     a, b = make_operand(m, k, False), make_operand(k, n, b_t)
-    fresh_pool_with_nan(m * n)
+    fresh_pool_with_nan(m * n, torch.bfloat16)
     out = tk_ops.matmul(a, b)
     assert_close(out, reference.matmul(a, b), BF16_TOL, "large output")
 
@@ -98,7 +92,7 @@ def test_raw_op_contracts_over_any_length_when_rows_allow(a_t):
     """K = 300 breaks the rule only for K-major storage: the op stores such an A transposed (M = 64 is fine)
     and reads the row-major B (K rows of N) in place. This is how dW = dY^T X runs over any token count."""
     a, b = make_operand(64, 300, a_t), make_operand(300, 72, False)
-    fresh_pool_with_nan(64 * 72)
+    fresh_pool_with_nan(64 * 72, torch.bfloat16)
     assert_close(torch.ops.tk_ops.matmul(a, b), a.double() @ b.double(), BF16_TOL, "K = 300")
 
 
@@ -129,7 +123,7 @@ def test_scaled_mm(mnk, out_dtype):
     w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     sa = torch.tensor([0.7], device="cuda")
     sb = torch.tensor([1.3], device="cuda")
-    fresh_pool_with_nan(m * n * 2)
+    fresh_pool_with_nan(m * n * 2, torch.bfloat16)
     out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
     assert out.dtype == out_dtype and out.shape == (m, n)
     assert_close(out, reference.scaled_mm(a, w.t(), sa, sb), BF16_TOL, "scaled_mm")
@@ -167,7 +161,7 @@ def test_scaled_mm_rowwise(mnk, out_dtype, kind):
     w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     sa = spread_scales(m, 1) if kind != "columns" else torch.tensor([0.7], device="cuda")
     sb = spread_scales(1, n) if kind != "rows" else torch.tensor(1.3, device="cuda")
-    fresh_pool_with_nan(m * n * 2)
+    fresh_pool_with_nan(m * n * 2, torch.bfloat16)
     out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
     assert out.dtype == out_dtype and out.shape == (m, n)
     expect = reference.scaled_mm(a, w.t(), sa, sb)
@@ -280,7 +274,7 @@ def test_linear_bias_in_the_epilogue(mkn, offset):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     bias = (torch.randn(n + offset, device="cuda") * 4).bfloat16()[offset:]
-    fresh_pool_with_nan(m * n)
+    fresh_pool_with_nan(m * n, torch.bfloat16)
     y = torch.ops.tk_ops.linear(x, w, bias)
     expect = reference.linear(x, w, bias)
     assert_close(y, expect, BF16_TOL, "x W^T + b")

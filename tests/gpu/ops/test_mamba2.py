@@ -9,31 +9,17 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
 
-from ..util import poison, rel_err
+from ...util import requires_families
+from ..util import fresh_pool_with_nan, rel_err
 
 # bf16 / fp16 operands, fp32 accumulation and state: the output and the final state land between 1e-3 and 1e-2 of
 # the float64 reference.
 TOL = 1e-2
 
 
-def _mamba2_built() -> bool:
-    try:
-        return "mamba2" in _ext.built_families()
-    except Exception:  # no extension at all
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _mamba2_built(), reason="the 'mamba2' kernels are not in this build (configs.py)")
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a poisoned (NaN) block in the caching allocator, where the op's outputs will be allocated, so an output
-    element the kernel fails to write shows."""
-    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
-    torch.cuda.synchronize()
+pytestmark = requires_families("mamba2")
 
 
 def problem(b, l, h, g, p, n, dtype=torch.bfloat16, softplus=False, seed=0):

@@ -10,31 +10,17 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref, mamba2_step as step_ref
 
-from ..util import poison, rel_err
+from ...util import requires_families
+from ..util import fresh_pool_with_nan, rel_err
 
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # the output, rounded once to x's dtype
 STATE_TOL = 1e-5  # the fp32 state after one token: fp32 arithmetic on exact inputs
 SCAN_TOL = 1e-2   # prefill (bf16 operands, fp32 accumulation) then steps, against one float64 pass
 
 
-def _mamba2_built() -> bool:
-    try:
-        return "mamba2" in _ext.built_families()
-    except Exception:  # no extension at all
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _mamba2_built(), reason="the 'mamba2' kernels are not in this build (configs.py)")
-
-
-def fresh_pool_with_nan(numel: int):
-    """Leave a poisoned (NaN) block in the caching allocator where the step's output will be allocated, so an output
-    element the kernel fails to write shows."""
-    poison(torch.empty(numel, device="cuda", dtype=torch.float32))
-    torch.cuda.synchronize()
+pytestmark = requires_families("mamba2")
 
 
 def token(b, h, g, p, n, dtype=torch.bfloat16, softplus=True, dt_dtype=torch.float32, seed=0):

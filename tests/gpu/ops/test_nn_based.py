@@ -7,22 +7,15 @@ import torch
 import torch.nn.functional as F
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.reference.based import based as based_ref
 
+from ...util import requires_families
 from ..util import rel_err
 
 TOL = 2e-2  # bf16 projections and Based attention, against float64
 
 
-def _based_built() -> bool:
-    try:
-        return "based" in _ext.built_families()
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _based_built(), reason="the 'based' kernels are not in this build (configs.py)")
+pytestmark = requires_families("based")
 
 
 class TorchBased(torch.nn.Module):

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 
 import tk_ops
-from tk_ops import _ext
 from tk_ops.mamba2 import BackwardNotBuiltError
 from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
 
+from ...util import requires_families
 from ..util import rel_err
 
 # Four bf16 roundings in a row (projection, convolution, scan, norm), each up to 2^-9 relative, and the scan's own
@@ -19,14 +19,7 @@ from ..util import rel_err
 TOL = 2e-2
 
 
-def _built() -> bool:
-    try:
-        return {"gemm", "mamba2"} <= set(_ext.built_families())
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _built(), reason="the 'gemm' and 'mamba2' kernels are not in this build")
+pytestmark = requires_families("gemm", "mamba2")
 
 CONFIGS = {
     "default": dict(d_state=128),
