@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import tk_ops
-from tk_ops.mamba2 import BackwardNotBuiltError
+from tk_ops.errors import BackwardNotBuiltError
 from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
 
 from ...util import requires_families
