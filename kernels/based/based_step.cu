@@ -8,8 +8,7 @@
 // by comparisons (no division, no register array indexed at run time, which would go to local memory).
 #include "based_step.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "common/scalar16.cuh"
 
 #include <cstdint>
 
@@ -22,15 +21,9 @@ constexpr int GROUP_VECS = F; // float4s in a group of four rows
 constexpr int MAX_WARPS = 8;
 constexpr int VECS_PER_LANE = (GROUP_VECS + 31) / 32;
 
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-template <typename T> __device__ T from_float(float x);
-template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
-
-template <typename T> __device__ inline float load(const token3 &t, int b, int h, int d) {
-    return to_float(static_cast<const T *>(t.ptr)[b * t.stride_b + h * t.stride_h + d * t.stride_d]);
-}
+using tk_kernels::from_float;
+using tk_kernels::load;
+using tk_kernels::to_float;
 
 // Feature f of phi(x): 1, then x_a, then x_a x_b / sqrt(2) with (a, b) row-major.
 __device__ inline float feature(const float *x, int f) {

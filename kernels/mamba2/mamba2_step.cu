@@ -10,8 +10,7 @@
 // are read through any strides; the state too, by a second instantiation, when it is not 16-byte aligned float4 rows.
 #include "mamba2_step.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "common/scalar16.cuh"
 
 #include <cstdint>
 
@@ -22,15 +21,9 @@ constexpr int WARPS = 4;
 constexpr int UNROLL = 4;
 constexpr float SOFTPLUS_THRESHOLD = 20.f; // above it softplus is the identity, as in mamba_ssm and F.softplus
 
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-template <typename T> __device__ T from_float(float x);
-template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
-
-template <typename T> __device__ inline float load(const step_token &t, int b, int h, int d) {
-    return to_float(static_cast<const T *>(t.ptr)[b * t.stride_b + h * t.stride_h + d * t.stride_d]);
-}
+using tk_kernels::from_float;
+using tk_kernels::load;
+using tk_kernels::to_float;
 
 // Layout of a warp for a state dimension N.
 template <int N> struct shape {
