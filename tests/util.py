@@ -43,3 +43,8 @@ def read_in_place(t: torch.Tensor) -> bool:
     """Whether the kernels' TMA reads this (B, H, N, D) view without a copy (the rule is kernels/common/bhnd_tensors.h):
     D dense, the other strides multiples of 8 elements."""
     return t.stride(3) == 1 and all(t.shape[i] == 1 or t.stride(i) % 8 == 0 for i in range(3))
+
+
+def cpu_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """A stand-in for tk_ops.nn's GEMM on the CPU: the product in float32, rounded to x's dtype."""
+    return torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float()).to(x.dtype)

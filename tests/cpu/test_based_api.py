@@ -16,7 +16,7 @@ from tk_ops import reference
 from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 from tk_ops.reference.based import feature_map
 
-from ..util import empty as t, read_in_place, skip_unless_built
+from ..util import cpu_linear, empty as t, read_in_place, skip_unless_built
 
 F = 273
 
@@ -524,9 +524,6 @@ def cpu_math(monkeypatch):
     """Swap the module's kernels for CPU math; record what the Based ops receive."""
     seen = []
 
-    def linear(x, w, b):
-        return torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float()).to(x.dtype)
-
     def based(q, k, v, scale=None, normalize=True, eps=1e-6, initial_state=None, output_final_state=False):
         seen.append((q, k, v))
         out = reference.based(q, k, v, scale, normalize, eps, initial_state=initial_state,
@@ -538,7 +535,7 @@ def cpu_math(monkeypatch):
     def based_step(q, k, v, state, scale=None, normalize=True, eps=1e-6):
         seen.append((q, k, v))
         return reference.based_step(q, k, v, state, scale, normalize, eps).to(v.dtype)
-    monkeypatch.setattr(tk_nn, "_linear", linear)
+    monkeypatch.setattr(tk_nn, "_linear", cpu_linear)
     monkeypatch.setattr(tk_nn, "based", based)
     monkeypatch.setattr(tk_nn, "based_step", based_step)
     return seen

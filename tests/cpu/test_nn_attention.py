@@ -10,7 +10,7 @@ import torch
 import tk_ops.nn as tk_nn
 from tk_ops import reference
 
-from ..util import read_in_place, skip_unless_built
+from ..util import cpu_linear, read_in_place, skip_unless_built
 
 
 @pytest.fixture(autouse=True)
@@ -23,13 +23,10 @@ def cpu_math(monkeypatch):
     """Swap the module's kernels for CPU math; record what the attention receives."""
     seen = []
 
-    def linear(x, w, b):
-        return torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float()).to(x.dtype)
-
     def attention(q, k, v, causal=False, scale=None):
         seen.append((q, k, v, causal))
         return reference.attention(q, k, v, causal=causal, scale=scale)[0].to(q.dtype)
-    monkeypatch.setattr(tk_nn, "_linear", linear)
+    monkeypatch.setattr(tk_nn, "_linear", cpu_linear)
     monkeypatch.setattr(tk_nn, "attention", attention)
     return seen
 
