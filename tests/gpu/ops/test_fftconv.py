@@ -33,7 +33,7 @@ def problem(b, h, n, nk, dtype=torch.bfloat16, k_dtype=torch.float32, seed=0):
 
 
 def check(u, k, pregate=None, postgate=None, what="", k_f=None):
-    fresh_pool_with_nan(2 * u.numel())
+    fresh_pool_with_nan(2 * u.numel(), u.dtype)  # y's dtype: float32 NaN read as 16-bit is 0, NaN, 0, NaN, ..
     y = tk_ops.fftconv(u, None if k_f is not None else k, pregate, postgate, k_f=k_f)
     torch.cuda.synchronize()
     ref = conv_ref(u, k, pregate, postgate)
