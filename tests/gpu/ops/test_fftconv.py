@@ -1,8 +1,9 @@
 """tk_ops.fftconv (causal FFT convolution, forward) and tk_ops.fftconv_spectrum against the float64 reference on the
 GPU: lengths 1 .. 4096 (every built FFT size), filters shorter than and as long as the sequence, gating before, after
-and on both sides, bf16 and fp16 inputs, float32 and bf16 filters, odd batches (a pair with one sequence), the cached
-spectrum (k_f), strided inputs, and outputs poisoned before the run (the argument rules themselves are tested on the
-CPU, tests/cpu/test_fftconv_api.py). Skipped unless the 'fftconv' family is in the build."""
+and on both sides, bf16 and fp16 inputs, float32 and bf16 filters, odd batches (a pair with one sequence), blocks that
+run several pairs, the cached spectrum (k_f), strided inputs, and outputs poisoned before the run (the argument rules
+themselves are tested on the CPU, tests/cpu/test_fftconv_api.py). Skipped unless the 'fftconv' family is in the
+build."""
 import math
 
 import pytest
@@ -70,6 +71,16 @@ def test_filter_dtypes(k_dtype, n):
 def test_batches_and_channels(b, h):
     u, k, pre, post = problem(b, h, 1000, 300)
     check(u, k, pre, post, what=f"B={b} H={h}")
+
+
+@pytest.mark.parametrize("n", [100, 1000, 4096])
+def test_pairs_per_block(n):
+    """With at least two heads per SM the launch gives each block a head's whole batch, so one block runs several
+    pairs back to back (shared planes reused between pairs, an odd last pair): the cases above all get one pair per
+    block."""
+    h = 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    u, k, pre, post = problem(5, h, n, max(1, n // 2))
+    check(u, k, pre, post, what=f"B=5 H={h} N={n}")
 
 
 @pytest.mark.parametrize("n", [1, 7, 256, 1000, 4096])
