@@ -2,6 +2,8 @@
 //
 //   mamba2_chunk_scan_fwd(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_min,
 //                         dt_max, return_final_states) -> (out, final_states)
+//   mamba2_chunk_scan_bwd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max,
+//                         d_out, d_final_states) -> (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, d_initial_states)
 //
 // The arguments of mamba_ssm's mamba_chunk_scan_combined, dt_limit as its two ends. final_states is an empty (0,)
 // float32 tensor unless return_final_states: a schema's outputs are always tensors, and their shapes must follow from
@@ -230,16 +232,193 @@ std::tuple<at::Tensor, at::Tensor> scan_fwd_cpu(const at::Tensor &x, const at::T
                       {"initial_states", init}, {"seq_idx", seq}});
 }
 
+// ---------------------------------------------------------------- the backward
+
+// The backward's own rules, after the forward's: the output's gradient like x, the final states' like the states.
+void bwd_rules(const at::Tensor &x, const at::Tensor &B, const at::Tensor &d_out, const at::Tensor &d_final) {
+    check_input(d_out.sym_sizes() == x.sym_sizes() && d_out.scalar_type() == x.scalar_type(), SCAN,
+                ": the output's gradient must have x's shape and dtype, got ", d_out.sym_sizes(), " ",
+                d_out.scalar_type());
+    float32_rule("the final states' gradient", d_final);
+    const std::vector<c10::SymInt> bhpn = {x.sym_size(0), x.sym_size(2), x.sym_size(3), B.sym_size(3)};
+    shape_rule("the final states' gradient", d_final, bhpn, "(batch, heads, head_dim, state_dim)");
+}
+
+// The gradients' tensors, each empty (0,) where its input is absent (a schema's outputs are tensors).
+struct bwd_outputs {
+    at::Tensor dx, ddt, dA, dB, dC, dD, dz, ddt_bias, d_initial_states;
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+    tuple() const {
+        return {dx, ddt, dA, dB, dC, dD, dz, ddt_bias, d_initial_states};
+    }
+};
+
+at::Tensor none_like(const at::Tensor &t) { return at::empty_symint({c10::SymInt(0)}, t.options().dtype(at::kFloat)); }
+
+bwd_outputs empty_gradients(const at::Tensor &x, const at::Tensor &dt, const at::Tensor &A, const at::Tensor &B,
+                            const at::Tensor &D, const at::Tensor &z, const at::Tensor &dt_bias,
+                            const at::Tensor &init) {
+    auto like = [&](const at::Tensor &t) { return t.defined() ? at::empty_symint(t.sym_sizes(), t.options()) : none_like(x); };
+    return {like(x), like(dt), like(A), like(B), like(B), like(D), like(z), like(dt_bias), like(init)};
+}
+
+using bwd_tuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                             at::Tensor, at::Tensor>;
+
+// The dt chain on the prepared dt's gradient g (b, h, l): through the clamp (zero strictly outside the limits), the
+// softplus (the identity above its threshold) and the bias; returns the raw dt's gradient (b, l, h).
+at::Tensor raw_dt_gradient(const at::Tensor &g, const at::Tensor &dt, const at::Tensor &bias, bool softplus,
+                           double dt_min, double dt_max) {
+    at::Tensor v = bias.defined() ? dt + bias : dt;
+    at::Tensor grad = g.transpose(1, 2);
+    at::Tensor value = v;
+    if (softplus) {
+        const at::Tensor above = v > tk_mamba2::SOFTPLUS_THRESHOLD;
+        value = at::where(above, v, at::log1p(at::exp(v)));
+        grad = grad * at::where(above, at::ones_like(v), at::sigmoid(v));
+    }
+    return (grad * ((value >= dt_min) & (value <= dt_max))).contiguous();
+}
+
+bwd_tuple scan_bwd_cuda(const at::Tensor &x_in, const at::Tensor &dt_in, const at::Tensor &A_in, const at::Tensor &B_in,
+                        const at::Tensor &C_in, const opt_tensor &D_opt, const opt_tensor &z_opt,
+                        const opt_tensor &dt_bias_opt, const opt_tensor &init_opt, const opt_tensor &seq_opt,
+                        bool dt_softplus, double dt_min, double dt_max, const at::Tensor &d_out_in,
+                        const opt_tensor &d_final_opt) {
+    const at::Tensor D_in = D_opt.value_or(at::Tensor()), z_in = z_opt.value_or(at::Tensor());
+    const at::Tensor bias_in = dt_bias_opt.value_or(at::Tensor()), init_in = init_opt.value_or(at::Tensor());
+    const at::Tensor seq_in = seq_opt.value_or(at::Tensor()), d_final_in = d_final_opt.value_or(at::Tensor());
+    fwd_rules(x_in, dt_in, A_in, B_in, C_in, 64, D_in, z_in, bias_in, init_in, seq_in, dt_min, dt_max);
+    bwd_rules(x_in, B_in, d_out_in, d_final_in);
+    check_devices(SCAN, {{"x", x_in}, {"dt", dt_in}, {"A", A_in}, {"B", B_in}, {"C", C_in}, {"D", D_in}, {"z", z_in},
+                         {"dt_bias", bias_in}, {"initial_states", init_in}, {"seq_idx", seq_in},
+                         {"the output's gradient", d_out_in}, {"the final states' gradient", d_final_in}});
+    const c10::cuda::CUDAGuard guard(x_in.device());
+    const int64_t b = x_in.size(0), l = x_in.size(1), h = x_in.size(2), p = x_in.size(3);
+    const int64_t g = B_in.size(2), n = B_in.size(3);
+    if (b == 0 || h == 0) {
+        bwd_outputs out = empty_gradients(x_in, dt_in, A_in, B_in, D_in, z_in, bias_in, init_in);
+        for (at::Tensor *t : {&out.dx, &out.ddt, &out.dA, &out.dB, &out.dC, &out.dD, &out.dz, &out.ddt_bias,
+                              &out.d_initial_states})
+            t->zero_();
+        return out.tuple();
+    }
+
+    // The gate: dy = d_out silu(z) and dz = d_out y silu'(z), with y (before the gate) computed again by the forward.
+    at::Tensor dy = d_out_in, dz = none_like(x_in);
+    if (z_in.defined()) {
+        const at::Tensor y = std::get<0>(scan_fwd_cuda(x_in, dt_in, A_in, B_in, C_in, 64, D_opt, std::nullopt,
+                                                       dt_bias_opt, init_opt, seq_opt, dt_softplus, dt_min, dt_max,
+                                                       false));
+        const at::Tensor zf = z_in.to(at::kFloat), sig = at::sigmoid(zf), d_out = d_out_in.to(at::kFloat);
+        dy = (d_out * zf * sig).to(x_in.scalar_type());
+        dz = (d_out * y.to(at::kFloat) * sig * (1 + zf * (1 - sig))).to(x_in.scalar_type());
+    }
+
+    const at::Tensor x = heads_view(x_in), B = heads_view(B_in), C = heads_view(C_in), dy_v = heads_view(dy);
+    const at::Tensor dt = dense(dt_in), A = dense(A_in), D = dense(D_in), bias = dense(bias_in);
+    const at::Tensor init = dense(init_in), seq = dense(seq_in), d_final = dense(d_final_in);
+    const int64_t padded = tk_mamba2::padded_len(int(l));
+    const at::TensorOptions f32 = x_in.options().dtype(at::kFloat);
+    at::Tensor dx = at::empty({b, l, h, p}, x_in.options());
+    at::Tensor dB_sum = at::zeros({b, g, padded, n}, f32), dC_sum = at::zeros({b, g, padded, n}, f32);
+    at::Tensor y_dot = at::zeros({b, h, padded}, f32), x_dot = at::zeros({b, h, padded}, f32);
+    at::Tensor dD_sum = D.defined() ? at::zeros({h, p}, f32) : at::Tensor();
+    at::Tensor d_init = init.defined() ? at::empty({b, h, p, n}, f32) : none_like(x_in);
+
+    tk_mamba2::bwd_problem bp{};
+    tk_mamba2::fwd_problem &f = bp.f;
+    f.x = view_of(x);
+    f.B = view_of(B);
+    f.C = view_of(C);
+    f.dt = dt.data_ptr<float>();
+    f.A = A.data_ptr<float>();
+    f.D = ptr_or_null<float>(D);
+    f.D_per_channel = D.defined() && D.dim() == 2;
+    f.dt_bias = ptr_or_null<float>(bias);
+    f.dt_softplus = dt_softplus;
+    f.dt_min = float(dt_min);
+    f.dt_max = float(dt_max);
+    f.initial_states = ptr_or_null<float>(init);
+    f.seq_idx = ptr_or_null<int>(seq);
+    f.batch = int(b);
+    f.len = int(l);
+    f.heads = int(h);
+    f.groups = int(g);
+    f.head_dim = int(p);
+    f.state_dim = int(n);
+    f.type = x_in.scalar_type() == at::kBFloat16 ? tk_mamba2::dtype::bf16 : tk_mamba2::dtype::fp16;
+    bp.dy = view_of(dy_v);
+    bp.dx = dx.data_ptr();
+    bp.d_final_states = ptr_or_null<float>(d_final);
+    bp.d_initial_states = init.defined() ? d_init.data_ptr<float>() : nullptr;
+    bp.dD = D.defined() ? dD_sum.data_ptr<float>() : nullptr;
+    bp.dB = dB_sum.data_ptr<float>();
+    bp.dC = dC_sum.data_ptr<float>();
+    bp.y_dot = y_dot.data_ptr<float>();
+    bp.x_dot = x_dot.data_ptr<float>();
+    at::Tensor workspace = at::empty({int64_t(tk_mamba2::workspace_bytes(f))}, x_in.options().dtype(at::kByte));
+    bp.workspace = workspace.data_ptr();
+    check_launch(tk_mamba2::backward(bp, at::cuda::getCurrentCUDAStream()), "tk_ops.mamba2_chunk_scan backward kernel");
+
+    // dL/dcum per token, its reverse cumulative sum dL/d(dt A), and from it the gradients of dt and A.
+    const at::Tensor dt_used = workspace.view(at::kFloat).narrow(0, 0, b * h * padded).view({b, h, padded});
+    const at::Tensor d_cum = y_dot - dt_used * x_dot;
+    const at::Tensor d_log_decay = d_cum.flip(-1).cumsum(-1).flip(-1);
+    const at::Tensor d_dt_used = (x_dot + A.view({1, h, 1}) * d_log_decay).narrow(2, 0, l);
+    const at::Tensor dA = (dt_used * d_log_decay).sum(at::IntArrayRef{0, 2});
+    const at::Tensor ddt = raw_dt_gradient(d_dt_used, dt, bias, dt_softplus, dt_min, dt_max);
+    const at::Tensor ddt_bias = bias.defined() ? ddt.sum(at::IntArrayRef{0, 1}) : none_like(x_in);
+    auto by_token = [&](const at::Tensor &sum) {
+        return sum.narrow(2, 0, l).transpose(1, 2).to(x_in.scalar_type()).contiguous();
+    };
+    at::Tensor dD = none_like(x_in);
+    if (D.defined()) dD = D.dim() == 2 ? dD_sum : dD_sum.sum(1);
+    return {dx, ddt, dA, by_token(dB_sum), by_token(dC_sum), dD, dz, ddt_bias, d_init};
+}
+
+bwd_tuple scan_bwd_meta(const at::Tensor &x, const at::Tensor &dt, const at::Tensor &A, const at::Tensor &B,
+                        const at::Tensor &C, const opt_tensor &D, const opt_tensor &z, const opt_tensor &dt_bias,
+                        const opt_tensor &init, const opt_tensor &seq_idx, bool, double dt_min, double dt_max,
+                        const at::Tensor &d_out, const opt_tensor &d_final) {
+    const at::Tensor D_t = D.value_or(at::Tensor()), z_t = z.value_or(at::Tensor());
+    const at::Tensor bias_t = dt_bias.value_or(at::Tensor()), init_t = init.value_or(at::Tensor());
+    fwd_rules(x, dt, A, B, C, 64, D_t, z_t, bias_t, init_t, seq_idx.value_or(at::Tensor()), dt_min, dt_max);
+    bwd_rules(x, B, d_out, d_final.value_or(at::Tensor()));
+    return empty_gradients(x, dt, A, B, D_t, z_t, bias_t, init_t).tuple();
+}
+
+bwd_tuple scan_bwd_cpu(const at::Tensor &x, const at::Tensor &dt, const at::Tensor &A, const at::Tensor &B,
+                       const at::Tensor &C, const opt_tensor &D, const opt_tensor &z, const opt_tensor &dt_bias,
+                       const opt_tensor &init, const opt_tensor &seq_idx, bool softplus, double dt_min, double dt_max,
+                       const at::Tensor &d_out, const opt_tensor &d_final) {
+    scan_bwd_meta(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, softplus, dt_min, dt_max, d_out, d_final);
+    reject_cpu(SCAN, {{"x", x}, {"dt", dt}, {"A", A}, {"B", B}, {"C", C}, {"the output's gradient", d_out}});
+}
+
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
     m.def("mamba2_chunk_scan_fwd(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, int chunk_size, Tensor? D, "
           "Tensor? z, Tensor? dt_bias, Tensor? initial_states, Tensor? seq_idx, bool dt_softplus, float dt_min, "
           "float dt_max, bool return_final_states) -> (Tensor out, Tensor final_states)");
+    m.def("mamba2_chunk_scan_bwd(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+          "Tensor? dt_bias, Tensor? initial_states, Tensor? seq_idx, bool dt_softplus, float dt_min, float dt_max, "
+          "Tensor d_out, Tensor? d_final_states) -> (Tensor dx, Tensor ddt, Tensor dA, Tensor dB, Tensor dC, "
+          "Tensor dD, Tensor dz, Tensor ddt_bias, Tensor d_initial_states)");
 }
 
-TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) { m.impl("mamba2_chunk_scan_fwd", &scan_fwd_cuda); }
+TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
+    m.impl("mamba2_chunk_scan_fwd", &scan_fwd_cuda);
+    m.impl("mamba2_chunk_scan_bwd", &scan_bwd_cuda);
+}
 
-TORCH_LIBRARY_IMPL(tk_ops, Meta, m) { m.impl("mamba2_chunk_scan_fwd", &scan_fwd_meta); }
+TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
+    m.impl("mamba2_chunk_scan_fwd", &scan_fwd_meta);
+    m.impl("mamba2_chunk_scan_bwd", &scan_bwd_meta);
+}
 
-TORCH_LIBRARY_IMPL(tk_ops, CPU, m) { m.impl("mamba2_chunk_scan_fwd", &scan_fwd_cpu); }
+TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
+    m.impl("mamba2_chunk_scan_fwd", &scan_fwd_cpu);
+    m.impl("mamba2_chunk_scan_bwd", &scan_bwd_cpu);
+}

@@ -20,6 +20,8 @@ constexpr bool supported_dim(int d) { return d == 64 || d == 128; }
 // kernels walk the sequence in chunks of their own (KERNEL_CHUNK tokens; docs/mamba2.md says why).
 constexpr bool supported_chunk_size(long c) { return c == 64 || c == 128 || c == 256; }
 inline constexpr int KERNEL_CHUNK = 64;
+// Above it mamba_ssm's softplus of dt is the identity (torch's default threshold).
+inline constexpr float SOFTPLUS_THRESHOLD = 20.f;
 
 enum class dtype { bf16, fp16 };
 
@@ -54,5 +56,27 @@ size_t workspace_bytes(const fwd_problem &p);
 
 // The forward scan, for supported head_dim and state_dim, len >= 1 (the caller checked everything else).
 cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
+
+// The backward's kernels: the dt pass again, then the two walks (mamba2_bwd_kernel.cuh). What they leave is finished
+// by the binding with tensor operations: the dt chain and the reverse cumulative sum of dL/dcum, the casts of the fp32
+// sums. `f` holds the forward's inputs (its out, final_states and workspace unused).
+struct bwd_problem {
+    fwd_problem f;
+    tensor4 dy;                        // (b, h, l, p) view: the gradient of the scan before D and the gate
+    void *dx;                          // (b, l, h, p) contiguous, x's dtype
+    const float *d_final_states = nullptr;  // (b, h, p, n) or null
+    float *d_initial_states = nullptr;      // (b, h, p, n) or null
+    float *dD = nullptr;                    // (h, p) fp32, zeroed, or null
+    // fp32, zeroed: dB and dC as (b, g, padded_len, n), and per (b, h, padded_len) the token sums dy . (h C) and
+    // x . (g B) (bwd_layout gives padded_len).
+    float *dB, *dC, *y_dot, *x_dot;
+    // workspace_bytes(f) bytes: the prepared dt, cum and ids, as in the forward.
+    void *workspace;
+};
+
+// Tokens per (batch, head) row of the backward's per-token buffers: the length rounded up to whole kernel chunks.
+inline int padded_len(int len) { return (len + KERNEL_CHUNK - 1) / KERNEL_CHUNK * KERNEL_CHUNK; }
+
+cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
 
 } // namespace tk_mamba2

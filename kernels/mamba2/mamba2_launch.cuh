@@ -1,4 +1,4 @@
-// Host side of the Mamba-2 forward: the workspace layout, the dt pass, and the scan's globals (TMA maps included,
+// Host side of the Mamba-2 forward: the workspace layout, the dt pass's launch, and the scan's globals (TMA maps included,
 // cached) and launch on the persistent grid (forward_for<P, N, HEAD_PAIR>, instantiated in mamba2_fwd.cu).
 #pragma once
 
@@ -22,14 +22,8 @@ struct workspace_layout {
     }
 };
 
-inline cudaError_t launch_prepare(const fwd_problem &p, const workspace_layout &w, cudaStream_t stream) {
-    float *ws = static_cast<float *>(p.workspace);
-    prep_args a{p.dt, p.A, p.dt_bias, p.seq_idx, ws, ws + w.vec_elems, p.seq_idx ? ws + w.seq_offset : nullptr,
-                p.batch, p.len, p.heads, w.padded_len, w.chunks, p.dt_softplus ? 1 : 0, p.dt_min, p.dt_max};
-    const dim3 grid(unsigned(p.batch) * unsigned(w.chunks), (p.heads + PREP_HEADS - 1) / PREP_HEADS);
-    prepare_dt<<<grid, PREP_THREADS, 0, stream>>>(a);
-    return cudaGetLastError();
-}
+// The dt pass (mamba2_prepare.cu) into p.workspace.
+cudaError_t launch_prepare(const fwd_problem &p, const workspace_layout &w, cudaStream_t stream);
 
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::x_gl::T;

@@ -1,4 +1,4 @@
-"""Mamba-2's state-space scan (SSD) on Hopper: the forward over whole sequences.
+"""Mamba-2's state-space scan (SSD) on Hopper: forward and backward over whole sequences, and the decoding step.
 
 ``mamba2_chunk_scan(x, dt, A, B, C, chunk_size=256, D=None, z=None, dt_bias=None, initial_states=None,
 seq_idx=None, dt_softplus=False, dt_limit=(0.0, inf), return_final_states=False)`` has the argument order, shapes
@@ -20,8 +20,10 @@ The op is ``torch.ops.tk_ops.mamba2_chunk_scan_fwd(x, dt, A, B, C, chunk_size, D
 seq_idx, dt_softplus, dt_min, dt_max, return_final_states) -> (out, final_states)`` (kernels/mamba2/binding.cpp, which
 holds every argument rule); final_states is an empty (0,) float32 tensor unless asked for.
 
-Only the forward exists so far: calling this with an input that requires a gradient (with grad mode on) raises
-``BackwardNotBuiltError``; wrap inference in ``torch.no_grad()`` or detach the inputs.
+Gradients flow to x, dt, A, B, C, D, z, dt_bias and initial_states, from out and from the final states, through
+``torch.ops.tk_ops.mamba2_chunk_scan_bwd`` (registered as the op's autograd formula in C++; torch.compile and CUDA
+graphs take it like any op). The sums over heads and tokens (dB, dC, dD, dA, dt_bias) are fp32 atomic additions, so
+they may differ in the last bits from run to run; dx, dz and the states' gradient are deterministic.
 
 Decoding: ``mamba2_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False)`` adds one token per
 sequence to ``state`` in place, like mamba_ssm's ``selective_state_update`` for heads: state (b, h, p, n) float32 (as
@@ -39,7 +41,7 @@ import math
 import torch
 
 from . import _ext
-from .errors import InputError, refuse_gradients
+from .errors import InputError
 
 
 def mamba2_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -47,9 +49,8 @@ def mamba2_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: tor
                       dt_bias: torch.Tensor | None = None, initial_states: torch.Tensor | None = None,
                       seq_idx: torch.Tensor | None = None, dt_softplus: bool = False,
                       dt_limit: tuple[float, float] = (0.0, math.inf), return_final_states: bool = False):
-    """The Mamba-2 chunked scan, forward only (module docstring). Returns out (b, l, h, p) in x's dtype, or
+    """The Mamba-2 chunked scan (module docstring). Returns out (b, l, h, p) in x's dtype, or
     ``(out, final_states)`` when ``return_final_states``."""
-    refuse_gradients("tk_ops.mamba2_chunk_scan", (x, dt, A, B, C, D, z, dt_bias, initial_states))
     dt_min, dt_max = _limits(dt_limit)
     for flag, value in (("dt_softplus", dt_softplus), ("return_final_states", return_final_states)):
         if not isinstance(value, bool):

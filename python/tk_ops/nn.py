@@ -267,8 +267,7 @@ class Mamba2(torch.nn.Module):
     whatever ``dtype`` is (mamba_ssm's checkpoints in other dtypes load into them). The scan's rules apply: headdim
     and d_state 64 or 128, chunk_size 64, 128 or 256 (checked at the first call).
 
-    The scan has no backward yet, so ``forward`` with gradients on (the parameters require them) raises its
-    ``BackwardNotBuiltError``: run inference under ``torch.no_grad()`` or ``torch.inference_mode()``.
+    Every parameter trains: the scan's backward, the GEMMs' and PyTorch's for the rest.
 
     Decoding: ``cache = init_cache(batch)``; ``forward(u, cache)`` continues from the cache and leaves it at the
     prompt's end (a chunked prefill: call it again with the next piece); ``step(u_t, cache)`` then decodes one token per

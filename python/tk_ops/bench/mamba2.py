@@ -11,8 +11,7 @@ milliseconds (the table's ratio is ours over the best peer); the TFLOP/s beside 
 at the requested chunk size T (docs/mamba2.md): 2 b h l (T n + T p + 2 p n).
 
 --backward times a training step: the forward and the gradients of every input that takes one (autograd.grad with
-the same output gradient on every side), counted as 3x the forward's FLOPs. tk_ops reports its BackwardNotBuiltError
-there until the scan's backward exists.
+the same output gradient on every side), counted as 3x the forward's FLOPs.
 """
 from __future__ import annotations
 

@@ -87,6 +87,17 @@ template <typename _T, int _rows, int _cols> struct alignas(1024) st {
         return *reinterpret_cast<st<T, R, cols> *>(data);
     }
     template <int R> __device__ inline const st<T, R, cols> &top_rows() const { return const_cast<st *>(this)->template top_rows<R>(); }
+    // Rows R k .. R k + R - 1 viewed likewise (each block must keep the 1 KB alignment of a tile): e.g. one half of a
+    // state's rows as the N operand of a narrower product.
+    template <int R, int k> __device__ inline st<T, R, cols> &row_block() {
+        static_assert(chunks == 1, "st::row_block<R, k>: only a tile one swizzle chunk wide stores its rows contiguously");
+        static_assert(R > 0 && k >= 0 && R * (k + 1) <= rows, "st::row_block<R, k>: the block must lie inside the tile");
+        static_assert((R * swizzle_bytes) % 1024 == 0, "st::row_block<R, k>: a block must keep the 1 KB alignment of a tile");
+        return *reinterpret_cast<st<T, R, cols> *>(reinterpret_cast<char *>(data) + k * R * swizzle_bytes);
+    }
+    template <int R, int k> __device__ inline const st<T, R, cols> &row_block() const {
+        return const_cast<st *>(this)->template row_block<R, k>();
+    }
     // The same with k known only at run time (0 <= k < chunks, unchecked).
     __device__ inline chunk_t &chunk(int k) {
         static_assert(chunk_bytes % 1024 == 0, "st::chunk(k): a chunk must keep the 1 KB alignment of a tile");

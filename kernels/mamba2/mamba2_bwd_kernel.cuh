@@ -1,0 +1,506 @@
+// The Mamba-2 SSD backward: two scans over the chunks on the LCSF template, the forward's task and consumer layout
+// (docs/mamba2.md, "The backward": the derivation, the choices below and what they cost).
+//
+// With dy the gradient of the scan's output before D and the gate, g_t = dL/dh_t (p x n) obeys the reversed
+// recurrence g_t = dy_t C_t^T + exp(dt_{t+1} A) g_{t+1}, seeded with the final states' gradient. Then
+//     dx_t = dt_t g_t B_t + D dy_t,   dB_t = dt_t g_t^T x_t,   dC_t = h_t^T dy_t,
+// and the log-decays take dL/dcum_t = dy_t . (h_t C_t) - dt_t x_t . (g_t B_t) (+ <dh_final, h_final> at the last
+// token), whose reverse cumulative sum is dL/d(dt_t A) (finished on the host side with the dt chain).
+//
+// 1. mamba2_bwd_dc walks the chunks forward carrying h exactly as the forward does (H^T, x weighted into Xw) and per
+//    chunk computes dC = diag(exp cum) dY H + (L o dY X^T) B, with L the forward's causal weights (dt_j included), and
+//    dy . (h C) = rowsum(dC o C) per head.
+// 2. mamba2_bwd_dx walks them backward carrying G^T = (dL/dh at the chunk's end)^T (n x columns), and per chunk:
+//      GB = (M o B C^T) dY + diag(w) B G^T  (M_ts = exp(cum_s - cum_t), s >= t; w_t = exp(cum_last - cum_t))
+//      dx = diag(dt) GB + D dy,   x . (g B) = rowsum(X o GB)
+//      dB = diag(dt) [(M o X dY^T) C + diag(w) X G]
+//      G^T <- exp(cum_last) G^T + C^T diag(exp cum) dY      (the end of the previous chunk)
+// Each consumer owns the forward's block of columns of one head, so the per-head sums over p and the sums over the
+// heads of a group (dB, dC) meet in fp32 accumulators in global memory: TMA reduce-adds of 64-column blocks for dB
+// and dC, atomic adds for the per-token vectors and dD. Everything else is computed exactly once.
+// seq_idx masks as in the forward: pairs of different ids drop out of M and L, and the carried part reaches only the
+// tokens of the sequence it belongs to.
+#pragma once
+
+#include "mamba2_chunk.cuh"
+
+namespace tk_mamba2 {
+using namespace kittens;
+
+// What both walks share: the forward's task layout and the chunk's input stage (x, dy, B, C and the prepared vectors).
+template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
+    static_assert(supported_dim(P) && supported_dim(N), "Mamba-2 backward: p and n are 64 or 128");
+    static_assert(!HEAD_PAIR || P == 64, "Mamba-2 backward: a consumer holds a whole head's state only for p = 64");
+    static constexpr int CHUNK = KERNEL_CHUNK;
+    static constexpr int HEADS_PER_TASK = HEAD_PAIR ? 2 : 1;
+    static constexpr int COLS = HEAD_PAIR ? P : P / 2;
+    static constexpr int NUM_CONSUMERS = 2;
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+
+    using x_tile = st<T, CHUNK, COLS>;
+    using bc_tile = st<T, CHUNK, N>;
+    using vec = chunk::vec;
+    using image_tile = st<T, N, COLS>;  // a state's transpose (n x this consumer's columns) in 16 bits
+    using acc_tile = st_fl<CHUNK, 64>;  // 64 columns of a chunk's dB or dC, on their way into the fp32 sum
+    using x_gl = gl<T, -1, -1, -1, -1, x_tile>;
+    using bc_gl = gl<T, -1, -1, -1, -1, bc_tile>;
+    using vec_gl = gl<float, -1, -1, -1, -1, vec>;
+    using acc_gl = gl<float, -1, -1, -1, -1, acc_tile>; // (b, g, padded_len, n)
+    using T2 = typename base_types::packed_t<T>;
+
+    struct globals {
+        x_gl x, dy;       // (b, h, l, p) views
+        bc_gl B, C;       // (b, g, l, n) views
+        vec_gl dt, cum;   // (b, h, 1, padded_len)
+        vec_gl seq;       // (b, 1, 1, padded_len)
+        acc_gl grad_bc;   // dC (first walk) or dB (second), fp32, summed over heads and columns
+        float *token_sum; // (b, h, padded_len) fp32: dy . (h C) (first walk) or x . (g B) (second)
+        const float *seq_ids; // the ids' bits, (b, padded_len): the token before a chunk (second walk)
+        const float *state_in;  // (b, h, p, n) fp32 or null: initial states (first walk), their gradient's seed,
+                                // the final states' gradient (second walk)
+        const float *d_final;   // first walk: the final states' gradient, for <dh_final, h_final>; or null
+        float *state_out;       // second walk: the initial states' gradient, or null
+        const float *D;         // (h,) or (h, p), or null
+        float *dD;              // (h, p) fp32, summed into, or null
+        T *dx;                  // (b, l, h, p) contiguous
+        int D_per_channel, heads, heads_per_group, chunks, len, padded_len, num_tasks, has_seq, task_heads;
+    };
+    struct input_block {
+        x_tile x[NUM_CONSUMERS], dy[NUM_CONSUMERS];
+        bc_tile B, C;
+        vec dt[HEADS_PER_TASK], cum[HEADS_PER_TASK];
+        vec seq;
+    };
+    struct task {
+        int b, h, iters; // h: the task's first head
+    };
+
+    __device__ static inline bool get_task(const globals &g, int id, task &t) {
+        if (id >= g.num_tasks) return false;
+        t.b = id / g.task_heads;
+        t.h = (id - t.b * g.task_heads) * HEADS_PER_TASK;
+        t.iters = g.chunks;
+        return true;
+    }
+    __device__ static inline int head_of(const task &t, int consumer) { return t.h + (HEAD_PAIR ? consumer : 0); }
+    __device__ static inline int column_block(int consumer) { return HEAD_PAIR ? 0 : consumer; }
+    __device__ static inline int head_slot(int consumer) { return HEAD_PAIR ? consumer : 0; }
+    __device__ static inline int state_row(const pair_pos &p) {
+        return 64 * p.i + warpgroup::warp_row0() + (p.row - TILE_DIM * p.i);
+    }
+    __device__ static inline size_t state_offset(const globals &g, const task &t, int consumer) {
+        return (size_t(t.b) * g.heads + head_of(t, consumer)) * size_t(P) * N + size_t(column_block(consumer)) * COLS * N;
+    }
+    __device__ static inline size_t token_row(const globals &g, const task &t, int consumer) {
+        return (size_t(t.b) * g.heads + head_of(t, consumer)) * g.padded_len;
+    }
+
+    // Chunk `chunk`'s stage: both consumers' x and dy columns, B, C, the task's heads' dt and cum, the ids.
+    template <typename K> __device__ static inline void load_chunk(lcsf::producer_args<K> &p, int chunk) {
+        const globals &g = p.g;
+        const int b = p.task.b, h = p.task.h, grp = h / g.heads_per_group;
+        constexpr uint32_t x_bytes = tma::transfer_bytes<x_tile>::value, bc_bytes = tma::transfer_bytes<bc_tile>::value,
+                           v_bytes = tma::transfer_bytes<vec>::value;
+        tma::expect_bytes(p.arrived, 2 * NUM_CONSUMERS * x_bytes + 2 * bc_bytes + 2 * HEADS_PER_TASK * v_bytes +
+                                         (g.has_seq ? v_bytes : 0));
+#pragma unroll
+        for (int c = 0; c < NUM_CONSUMERS; c++) {
+            tma::load_async(p.input.x[c], g.x, {b, head_of(p.task, c), chunk, column_block(c)}, p.arrived);
+            tma::load_async(p.input.dy[c], g.dy, {b, head_of(p.task, c), chunk, column_block(c)}, p.arrived);
+        }
+        tma::load_async(p.input.B, g.B, {b, grp, chunk, 0}, p.arrived);
+        tma::load_async(p.input.C, g.C, {b, grp, chunk, 0}, p.arrived);
+#pragma unroll
+        for (int k = 0; k < HEADS_PER_TASK; k++) {
+            tma::load_async(p.input.dt[k], g.dt, {b, h + k, 0, chunk}, p.arrived);
+            tma::load_async(p.input.cum[k], g.cum, {b, h + k, 0, chunk}, p.arrived);
+        }
+        if (g.has_seq) tma::load_async(p.input.seq, g.seq, {b, 0, 0, chunk}, p.arrived);
+    }
+
+    // The 16-bit image of a state accumulator, for the next chunk's products.
+    __device__ static inline void write_image(image_tile &image, const rt_fl<N / 4, COLS> &state) {
+        rt<T, N / 4, COLS> bits;
+        copy(bits, state);
+        warpgroup::store(image, bits);
+        async_proxy_fence();
+        warpgroup::sync();
+    }
+    // A state accumulator from (b, h, p, n) fp32 at `src` (this consumer's columns), or zeros.
+    __device__ static inline void read_state(rt_fl<N / 4, COLS> &state, const float *src) {
+        for_each_pair([&](pair_pos p, float2 &s) {
+            const int n = state_row(p);
+            s.x = src ? src[size_t(p.col) * N + n] : 0.f;
+            s.y = src ? src[size_t(p.col + 1) * N + n] : 0.f;
+        }, state);
+    }
+
+    // Adds 64 columns (block k) of a chunk's fp32 dB or dC into g.grad_bc through `staging`, once the previous block's
+    // reduce-add has read it.
+    __device__ static inline void add_grad_block(const globals &g, acc_tile &staging, const rt_fl<TILE_DIM, 64> &block,
+                                                 const task &t, int chunk, int k) {
+        if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
+        warpgroup::sync();
+        warpgroup::store(staging, block);
+        async_proxy_fence();
+        warpgroup::sync();
+        if (warpgroup::laneid() == 0) {
+            tma::store_add_async(g.grad_bc, staging, {t.b, t.h / g.heads_per_group, chunk, k});
+            tma::store_commit_group();
+        }
+    }
+
+    // Adds this lane's two row sums into g.token_sum (one lane of each row's four).
+    __device__ static inline void add_token_sums(const globals &g, const task &t, int consumer, int chunk,
+                                                 const chunk::lane_rows &r, const float (&sum)[2]) {
+        float *dst = g.token_sum + token_row(g, t, consumer) + size_t(chunk) * CHUNK;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const float v = chunk::row_quad_sum(sum[k]);
+            if ((laneid() & 3) == 0) atomicAdd(dst + r.t[k], v);
+        }
+    }
+};
+
+// ---------------------------------------------------------------- the forward walk: dC and dy . (h C)
+
+template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba2_bwd_base<T, P, N, HEAD_PAIR> {
+    using base = mamba2_bwd_base<T, P, N, HEAD_PAIR>;
+    using typename base::globals;
+    using typename base::input_block;
+    using typename base::task;
+    using typename base::x_tile;
+    using typename base::image_tile;
+    using typename base::acc_tile;
+    using base::CHUNK;
+    using base::COLS;
+    using base::NUM_CONSUMERS;
+
+    struct output_block {
+        x_tile xw[NUM_CONSUMERS];
+        image_tile image[NUM_CONSUMERS];
+        acc_tile staging[NUM_CONSUMERS];
+    };
+    static constexpr int INPUT_STAGES = [] {
+        const int fit = int((MAX_SHARED_MEMORY - sizeof(output_block) - 2048) / sizeof(input_block));
+        return fit < 4 ? fit : 4;
+    }();
+    static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
+
+    struct consumer_state {
+        rt_fl<N / 4, COLS> h; // H^T, as in the forward
+        int prev_seq;
+        float2 dD[COLS / 8];  // this lane's column pairs of sum_t dy o x, over its rows and chunks
+    };
+
+    __device__ static inline void load(lcsf::producer_args<mamba2_bwd_dc> &p) { base::load_chunk(p, p.iter); }
+
+    __device__ static inline void setup(lcsf::consumer_args<mamba2_bwd_dc> &c) {
+        const globals &g = c.g;
+        c.state.prev_seq = 0;
+        base::read_state(c.state.h, g.state_in ? g.state_in + base::state_offset(g, c.task, c.consumer) : nullptr);
+        base::write_image(c.output.image[c.consumer], c.state.h);
+#pragma unroll
+        for (int k = 0; k < COLS / 8; k++) c.state.dD[k] = make_float2(0.f, 0.f);
+    }
+
+    __device__ static inline void compute(lcsf::consumer_args<mamba2_bwd_dc> &c) {
+        const globals &g = c.g;
+        input_block &in = c.input;
+        auto &out = c.output;
+        const int me = c.consumer;
+        const bool has_seq = g.has_seq;
+        const chunk::vec &dt_v = in.dt[base::head_slot(me)], &cum_v = in.cum[base::head_slot(me)];
+
+        // S = dY X^T and the carried state's part dY H, on the tensor cores.
+        rt_fl<TILE_DIM, CHUNK> s;
+        rt_fl<TILE_DIM, N> dc;
+        warpgroup::mm_ABt(s, in.dy[me], in.x[me]);
+        warpgroup::mm_ABt(dc, in.dy[me], out.image[me]);
+
+        // Meanwhile Xw for the state update, as in the forward.
+        const float cum_last = cum_v.data[CHUNK - 1];
+        const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
+        const int prev_seq = c.state.prev_seq;
+        const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
+        float row_scale[2], w_row[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            row_scale[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
+            w_row[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt_v.data[r.t[k]] : 0.f;
+        }
+        {
+            rt<T, TILE_DIM, COLS> x, dy;
+            warpgroup::load(x, in.x[me]);
+            chunk::store_weighted_rows(out.xw[me], x, w_row);
+            if (g.dD) {
+                warpgroup::load(dy, in.dy[me]);
+                for_each_pair([&](pair_pos p, const typename base::T2 &xv, const typename base::T2 &dv) {
+                    const float2 xf = base_types::convertor<float2, typename base::T2>::convert(xv);
+                    const float2 df = base_types::convertor<float2, typename base::T2>::convert(dv);
+                    float2 &acc = c.state.dD[2 * p.j + (p.k >> 1)];
+                    acc.x = fmaf(df.x, xf.x, acc.x);
+                    acc.y = fmaf(df.y, xf.y, acc.y);
+                }, x, dy);
+            }
+        }
+
+        // dC = diag(exp cum) dY H + (L o dY X^T) B.
+        warpgroup::mma_async_wait(s, dc);
+        chunk::causal_decay(s, cum_v, dt_v, in.seq, has_seq, r);
+        rt<T, TILE_DIM, CHUNK> pt;
+        copy(pt, s);
+        chunk::scale_rows(dc, row_scale);
+        warpgroup::mma_AB(dc, pt, in.B);
+
+        // The state update, as in the forward.
+        const bool carry = seq_last == prev_seq;
+        const float decay = __expf(cum_last);
+        for_each_pair([&](pair_pos, float2 &v) {
+            v.x = carry ? v.x * decay : 0.f;
+            v.y = carry ? v.y * decay : 0.f;
+        }, c.state.h);
+        c.state.prev_seq = seq_last;
+        warpgroup::sync(); // every warp's rows of Xw are written
+        warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
+
+        // While it runs: dy . (h C) per token, then dC into the group's sum.
+        warpgroup::mma_async_wait<1>(dc);
+        float sum[2] = {0.f, 0.f};
+        auto dot_rows = [&](const rt_fl<TILE_DIM, 64> &block, const auto &c_block) {
+            rt<T, TILE_DIM, 64> cr;
+            warpgroup::load(cr, c_block);
+            for_each_pair([&](pair_pos p, const float2 &v, const typename base::T2 &cv) {
+                const float2 cf = base_types::convertor<float2, typename base::T2>::convert(cv);
+                sum[p.half] = fmaf(v.x, cf.x, fmaf(v.y, cf.y, sum[p.half]));
+            }, block, cr);
+        };
+        if constexpr (N == 64) {
+            dot_rows(dc, in.C);
+        } else {
+            dot_rows(chunk::column_block<0>(dc), in.C.template chunk<0>());
+            dot_rows(chunk::column_block<1>(dc), in.C.template chunk<1>());
+        }
+        base::add_token_sums(g, c.task, me, c.iter, r, sum);
+        base::add_grad_block(g, out.staging[me], chunk::column_block<0>(dc), c.task, c.iter, 0);
+        if constexpr (N == 128) base::add_grad_block(g, out.staging[me], chunk::column_block<1>(dc), c.task, c.iter, 1);
+
+        warpgroup::mma_async_wait(c.state.h);
+        base::write_image(out.image[me], c.state.h);
+    }
+
+    // <dh_final, h_final> joins dL/dcum at the last token.
+    __device__ static inline void finish(lcsf::consumer_args<mamba2_bwd_dc> &c) {
+        const globals &g = c.g;
+        if (warpgroup::laneid() == 0) tma::store_async_wait<0>(); // the last reduce-adds are complete
+        if (g.dD) add_dD(g, c.state, c.task, c.consumer);
+        if (!g.d_final) return;
+        const float *d = g.d_final + base::state_offset(g, c.task, c.consumer);
+        float sum = 0.f;
+        for_each_pair([&](pair_pos p, const float2 &s) {
+            const int n = base::state_row(p);
+            sum = fmaf(s.x, d[size_t(p.col) * N + n], fmaf(s.y, d[size_t(p.col + 1) * N + n], sum));
+        }, c.state.h);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (laneid() == 0) atomicAdd(g.token_sum + base::token_row(g, c.task, c.consumer) + (g.len - 1), sum);
+    }
+
+    // This consumer's share of dD: the lanes of one column pair differ in bits 2..4, then one lane per pair adds the
+    // warp's sum.
+    __device__ static inline void add_dD(const globals &g, const consumer_state &state, const task &t, int consumer) {
+        float *dst = g.dD + size_t(base::head_of(t, consumer)) * P + base::column_block(consumer) * COLS;
+#pragma unroll
+        for (int k = 0; k < COLS / 8; k++) {
+            float2 v = state.dD[k];
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+                v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+            }
+            const int col = 16 * (k >> 1) + 8 * (k & 1) + 2 * (laneid() & 3);
+            if (laneid() < 4) {
+                atomicAdd(dst + col, v.x);
+                atomicAdd(dst + col + 1, v.y);
+            }
+        }
+    }
+};
+
+// ---------------------------------------------------------------- the backward walk: dx, dB, x . (g B), dD
+
+template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba2_bwd_base<T, P, N, HEAD_PAIR> {
+    using base = mamba2_bwd_base<T, P, N, HEAD_PAIR>;
+    using typename base::globals;
+    using typename base::input_block;
+    using typename base::task;
+    using typename base::x_tile;
+    using typename base::image_tile;
+    using typename base::acc_tile;
+    using typename base::T2;
+    using base::CHUNK;
+    using base::COLS;
+    using base::NUM_CONSUMERS;
+
+    struct output_block {
+        x_tile weighted[NUM_CONSUMERS]; // diag(exp cum) dY for the state update, then diag(dt w) X for dB
+        image_tile image[NUM_CONSUMERS];
+        acc_tile staging[NUM_CONSUMERS];
+    };
+    static constexpr int INPUT_STAGES = [] {
+        const int fit = int((MAX_SHARED_MEMORY - sizeof(output_block) - 2048) / sizeof(input_block));
+        return fit < 4 ? fit : 4;
+    }();
+    static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
+
+    struct consumer_state {
+        rt_fl<N / 4, COLS> g; // G^T: (dL/dh at the end of the chunk being walked)^T
+    };
+
+    __device__ static inline int chunk_of(const globals &g, int iter) { return g.chunks - 1 - iter; }
+
+    __device__ static inline void load(lcsf::producer_args<mamba2_bwd_dx> &p) {
+        base::load_chunk(p, chunk_of(p.g, p.iter));
+    }
+
+    __device__ static inline void setup(lcsf::consumer_args<mamba2_bwd_dx> &c) {
+        const globals &g = c.g;
+        base::read_state(c.state.g, g.state_in ? g.state_in + base::state_offset(g, c.task, c.consumer) : nullptr);
+        base::write_image(c.output.image[c.consumer], c.state.g);
+    }
+
+    __device__ static inline void compute(lcsf::consumer_args<mamba2_bwd_dx> &c) {
+        const globals &g = c.g;
+        input_block &in = c.input;
+        auto &out = c.output;
+        const int me = c.consumer, ci = chunk_of(g, c.iter);
+        const bool has_seq = g.has_seq;
+        const chunk::vec &dt_v = in.dt[base::head_slot(me)], &cum_v = in.cum[base::head_slot(me)];
+
+        // The carried state decays over the chunk towards its start, and is dropped when the chunk's last token is in
+        // another sequence than the token before the chunk (done before any product is in flight: the image keeps
+        // the old value for this chunk's products).
+        const float cum_last = cum_v.data[CHUNK - 1];
+        const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
+        const int prev_seq =
+            has_seq && ci > 0 ? __float_as_int(g.seq_ids[size_t(c.task.b) * g.padded_len + ci * CHUNK - 1]) : 0;
+        const bool carry = seq_last == prev_seq;
+        const float decay = __expf(cum_last);
+        for_each_pair([&](pair_pos, float2 &v) {
+            v.x = carry ? v.x * decay : 0.f;
+            v.y = carry ? v.y * decay : 0.f;
+        }, c.state.g);
+
+        // S = B C^T and the carried part B G^T.
+        rt_fl<TILE_DIM, CHUNK> s;
+        rt_fl<TILE_DIM, COLS> gb;
+        warpgroup::mm_ABt(s, in.B, in.C);
+        warpgroup::mm_AB(gb, in.B, out.image[me]);
+
+        // Meanwhile the weights of this lane's rows, and diag(exp cum) dY for the state update.
+        const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
+        float dt_row[2], carried[2], dt_carried[2], into_prev[2];
+        const float one[2] = {1.f, 1.f};
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            dt_row[k] = dt_v.data[r.t[k]];
+            carried[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) : 0.f;
+            dt_carried[k] = carried[k] * dt_row[k];
+            into_prev[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
+        }
+        {
+            rt<T, TILE_DIM, COLS> dy;
+            warpgroup::load(dy, in.dy[me]);
+            chunk::store_weighted_rows(out.weighted[me], dy, into_prev);
+        }
+
+        // The state for the previous chunk, G^T = exp(cum_last) G^T + C^T diag(exp cum) dY (scaled above).
+        warpgroup::sync(); // every warp's rows of diag(exp cum) dY are written
+        warpgroup::mma_AtB(c.state.g, in.C, out.weighted[me]);
+
+        // GB = (M o S) dY + diag(w) B G^T.
+        warpgroup::mma_async_wait<1>(s, gb);
+        chunk::anticausal_decay(s, cum_v, in.seq, has_seq, r, one);
+        rt<T, TILE_DIM, CHUNK> pt;
+        copy(pt, s);
+        chunk::scale_rows(gb, carried);
+        warpgroup::mma_AB(gb, pt, in.dy[me]);
+        warpgroup::mma_async_wait(gb, c.state.g); // the state update has read `weighted`: it is free again
+
+        // dx = diag(dt) GB + D dy and x . (g B) per token; diag(dt w) X, the operand of dB's carried part.
+        {
+            rt<T, TILE_DIM, COLS> x, dy, dx;
+            warpgroup::load(x, in.x[me]);
+            warpgroup::load(dy, in.dy[me]);
+            const int head = base::head_of(c.task, me);
+            const float *d = g.D ? g.D + (g.D_per_channel ? size_t(head) * P + base::column_block(me) * COLS : size_t(head))
+                                 : nullptr;
+            const int per_channel = g.D_per_channel;
+            float sum[2] = {0.f, 0.f};
+            for_each_pair([&](pair_pos p, const float2 &v, const T2 &xv, const T2 &dv, T2 &o) {
+                const float2 xf = base_types::convertor<float2, T2>::convert(xv);
+                sum[p.half] = fmaf(v.x, xf.x, fmaf(v.y, xf.y, sum[p.half]));
+                float2 r2 = make_float2(v.x * dt_row[p.half], v.y * dt_row[p.half]);
+                if (d) {
+                    const float2 df = base_types::convertor<float2, T2>::convert(dv);
+                    const float d0 = per_channel ? __ldg(d + p.col) : __ldg(d);
+                    const float d1 = per_channel ? __ldg(d + p.col + 1) : d0;
+                    r2.x = fmaf(d0, df.x, r2.x);
+                    r2.y = fmaf(d1, df.y, r2.y);
+                }
+                o = base_types::convertor<T2, float2>::convert(r2);
+            }, gb, x, dy, dx);
+            base::add_token_sums(g, c.task, me, ci, r, sum);
+            store_dx(g, c.task, me, ci, dx);
+            chunk::store_weighted_rows(out.weighted[me], x, dt_carried);
+        }
+
+        // dB = (dt M o X dY^T) C + diag(dt w) X G, 64 state columns at a time, into the group's sum.
+        warpgroup::mm_ABt(s, in.x[me], in.dy[me]);
+        warpgroup::mma_async_wait(s);
+        chunk::anticausal_decay(s, cum_v, in.seq, has_seq, r, dt_row);
+        copy(pt, s);
+        warpgroup::sync(); // every warp's rows of diag(dt w) X are written
+        auto db_block = [&](const auto &g_rows, const auto &c_cols, int k) {
+            rt_fl<TILE_DIM, 64> db;
+            warpgroup::mm_ABt(db, out.weighted[me], g_rows);
+            warpgroup::mma_AB(db, pt, c_cols);
+            warpgroup::mma_async_wait(db);
+            base::add_grad_block(g, out.staging[me], db, c.task, ci, k);
+        };
+        if constexpr (N == 64) {
+            db_block(out.image[me], in.C, 0);
+        } else {
+            db_block(out.image[me].template row_block<64, 0>(), in.C.template chunk<0>(), 0);
+            db_block(out.image[me].template row_block<64, 1>(), in.C.template chunk<1>(), 1);
+        }
+
+        base::write_image(out.image[me], c.state.g);
+    }
+
+    // dx rows of this chunk (rows past the end skipped) straight from registers: (b, l, h, p) contiguous.
+    __device__ static inline void store_dx(const globals &g, const task &t, int consumer, int ci,
+                                           const rt<T, TILE_DIM, COLS> &dx) {
+        const int head = base::head_of(t, consumer);
+        T *dst = g.dx + (size_t(t.b) * g.len * g.heads + head) * P + base::column_block(consumer) * COLS;
+        for_each_pair([&](pair_pos p, const T2 &v) {
+            const int tok = ci * CHUNK + warpgroup::warp_row0() + p.row;
+            if (tok < g.len) *reinterpret_cast<T2 *>(dst + size_t(tok) * g.heads * P + p.col) = v;
+        }, dx);
+    }
+
+    // The initial states' gradient.
+    __device__ static inline void finish(lcsf::consumer_args<mamba2_bwd_dx> &c) {
+        const globals &g = c.g;
+        if (warpgroup::laneid() == 0) tma::store_async_wait<0>();
+        if (!g.state_out) return;
+        float *dst = g.state_out + base::state_offset(g, c.task, c.consumer);
+        for_each_pair([&](pair_pos p, const float2 &s) {
+            const int n = base::state_row(p);
+            dst[size_t(p.col) * N + n] = s.x;
+            dst[size_t(p.col + 1) * N + n] = s.y;
+        }, c.state.g);
+    }
+};
+
+} // namespace tk_mamba2

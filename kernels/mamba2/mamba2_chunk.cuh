@@ -1,0 +1,118 @@
+// Per-chunk pieces shared by the Mamba-2 scans (the forward, and the two walks of the backward): a chunk is
+// KERNEL_CHUNK tokens, its 64 rows spread over a consumer warpgroup as wgmma accumulators are (warp w: rows 16 w ..,
+// each lane two of them), and per token the prepared dt, the log-decay cum from the chunk start and the sequence id
+// sit in shared vectors next to the tiles.
+//
+// The decay between tokens j <= i of one sequence is exp(cum_i - cum_j); between sequences there is none (the pair
+// drops out). Factors are applied by selection, never by multiplying with 0: a dropped term must not turn an
+// overflowing decay into NaN.
+#pragma once
+
+#include "kittens.cuh"
+#include "mamba2.h"
+
+namespace tk_mamba2::chunk {
+using namespace kittens;
+
+using vec = sv_fl<KERNEL_CHUNK>;
+
+__device__ inline int seq_at(const vec &seq, bool has_seq, int t) { return has_seq ? __float_as_int(seq.data[t]) : 0; }
+
+// The chunk rows (tokens) this lane holds in a 64-row accumulator of its warpgroup: lane_row(0, r) of its warp.
+struct lane_rows {
+    int t[2];
+    float cum[2];
+    int seq[2];
+};
+__device__ inline lane_rows rows_of_lane(const vec &cum, const vec &seq, bool has_seq) {
+    lane_rows r;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        r.t[k] = warpgroup::warp_row0() + lane_row(0, k);
+        r.cum[k] = cum.data[r.t[k]];
+        r.seq[k] = seq_at(seq, has_seq, r.t[k]);
+    }
+    return r;
+}
+
+// The forward's intra-chunk weights on a (rows i) x (columns j) product: v *= exp(cum_i - cum_j) dt_j where j <= i in
+// the same sequence, else 0.
+template <typename RT>
+__device__ inline void causal_decay(RT &s, const vec &cum, const vec &dt, const vec &seq, bool has_seq,
+                                    const lane_rows &r) {
+    for_each_pair([&](pair_pos p, float2 &v) {
+        const int i = warpgroup::warp_row0() + p.row, j = p.col;
+        const float2 cj = *reinterpret_cast<const float2 *>(&cum.data[j]);
+        const float2 dj = *reinterpret_cast<const float2 *>(&dt.data[j]);
+        const float ci = r.cum[p.half];
+        bool ok0 = j <= i, ok1 = j + 1 <= i;
+        if (has_seq) {
+            ok0 = ok0 && seq_at(seq, true, j) == r.seq[p.half];
+            ok1 = ok1 && seq_at(seq, true, j + 1) == r.seq[p.half];
+        }
+        v.x = ok0 ? v.x * (__expf(ci - cj.x) * dj.x) : 0.f;
+        v.y = ok1 ? v.y * (__expf(ci - cj.y) * dj.y) : 0.f;
+    }, s);
+}
+
+// The transposed weights, for the backward's products indexed (row t, column s) with t the earlier token:
+// v *= exp(cum_s - cum_t) f_t where s >= t in the same sequence, else 0.
+template <typename RT>
+__device__ inline void anticausal_decay(RT &s, const vec &cum, const vec &seq, bool has_seq, const lane_rows &r,
+                                        const float (&f)[2]) {
+    for_each_pair([&](pair_pos p, float2 &v) {
+        const int t = warpgroup::warp_row0() + p.row, j = p.col;
+        const float2 cj = *reinterpret_cast<const float2 *>(&cum.data[j]);
+        const float ct = r.cum[p.half], ft = f[p.half];
+        bool ok0 = j >= t, ok1 = j + 1 >= t;
+        if (has_seq) {
+            ok0 = ok0 && seq_at(seq, true, j) == r.seq[p.half];
+            ok1 = ok1 && seq_at(seq, true, j + 1) == r.seq[p.half];
+        }
+        v.x = ok0 ? v.x * (__expf(cj.x - ct) * ft) : 0.f;
+        v.y = ok1 ? v.y * (__expf(cj.y - ct) * ft) : 0.f;
+    }, s);
+}
+
+// Row k of this lane times f[k]; a zero factor drops the row.
+template <typename RT> __device__ inline void scale_rows(RT &t, const float (&f)[2]) {
+    for_each_pair([&](pair_pos p, float2 &v) {
+        v.x = f[p.half] != 0.f ? v.x * f[p.half] : 0.f;
+        v.y = f[p.half] != 0.f ? v.y * f[p.half] : 0.f;
+    }, t);
+}
+
+// dst = diag(w) src, a 16-bit operand for a later product, from src's registers; the writers' fence is included, the
+// barrier before the product is the caller's.
+template <typename ST, typename RT> __device__ inline void store_weighted_rows(ST &dst, const RT &src, const float (&w)[2]) {
+    using T2 = typename RT::T2;
+    RT weighted;
+    for_each_pair([&](pair_pos p, const T2 &v, T2 &o) {
+        float2 f = base_types::convertor<float2, T2>::convert(v);
+        f.x *= w[p.half];
+        f.y *= w[p.half];
+        o = base_types::convertor<T2, float2>::convert(f);
+    }, src, weighted);
+    warpgroup::store(dst, weighted);
+    async_proxy_fence();
+}
+
+// Columns 64 k .. 64 k + 63 of a row-layout accumulator, as a tile of their own (a renaming of registers).
+template <int K, int ROWS, int COLS> __device__ inline rt_fl<ROWS, 64> column_block(const rt_fl<ROWS, COLS> &t) {
+    static_assert(COLS % 64 == 0 && K >= 0 && K < COLS / 64, "column_block: 64-column blocks of the tile");
+    rt_fl<ROWS, 64> out;
+#pragma unroll
+    for (int i = 0; i < rt_fl<ROWS, 64>::height; i++)
+#pragma unroll
+        for (int j = 0; j < rt_fl<ROWS, 64>::width; j++) out.tiles[i][j] = t.tiles[i][j + K * rt_fl<ROWS, 64>::width];
+    return out;
+}
+
+// Sum over the four lanes that hold one row's columns (the lanes of an accumulator row differ in bits 0 and 1).
+__device__ inline float row_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+} // namespace tk_mamba2::chunk
