@@ -322,7 +322,7 @@ bwd_tuple scan_bwd_cuda(const at::Tensor &x_in, const at::Tensor &dt_in, const a
     const at::TensorOptions f32 = x_in.options().dtype(at::kFloat);
     at::Tensor dx = at::empty({b, l, h, p}, x_in.options());
     at::Tensor dB_sum = at::zeros({b, g, padded, n}, f32), dC_sum = at::zeros({b, g, padded, n}, f32);
-    at::Tensor y_dot = at::zeros({b, h, padded}, f32), x_dot = at::zeros({b, h, padded}, f32);
+    at::Tensor d_cum = at::zeros({b, h, padded}, f32), x_dot = at::zeros({b, h, padded}, f32);
     at::Tensor dD_sum = D.defined() ? at::zeros({h, p}, f32) : at::Tensor();
     at::Tensor d_init = init.defined() ? at::empty({b, h, p, n}, f32) : none_like(x_in);
 
@@ -355,15 +355,14 @@ bwd_tuple scan_bwd_cuda(const at::Tensor &x_in, const at::Tensor &dt_in, const a
     bp.dD = D.defined() ? dD_sum.data_ptr<float>() : nullptr;
     bp.dB = dB_sum.data_ptr<float>();
     bp.dC = dC_sum.data_ptr<float>();
-    bp.y_dot = y_dot.data_ptr<float>();
+    bp.d_cum = d_cum.data_ptr<float>();
     bp.x_dot = x_dot.data_ptr<float>();
     at::Tensor workspace = at::empty({int64_t(tk_mamba2::workspace_bytes(f))}, x_in.options().dtype(at::kByte));
     bp.workspace = workspace.data_ptr();
     check_launch(tk_mamba2::backward(bp, at::cuda::getCurrentCUDAStream()), "tk_ops.mamba2_chunk_scan backward kernel");
 
-    // dL/dcum per token, its reverse cumulative sum dL/d(dt A), and from it the gradients of dt and A.
+    // The reverse cumulative sum of dL/dcum is dL/d(dt A), and from it come the gradients of dt and A.
     const at::Tensor dt_used = workspace.view(at::kFloat).narrow(0, 0, b * h * padded).view({b, h, padded});
-    const at::Tensor d_cum = y_dot - dt_used * x_dot;
     const at::Tensor d_log_decay = d_cum.flip(-1).cumsum(-1).flip(-1);
     const at::Tensor d_dt_used = (x_dot + A.view({1, h, 1}) * d_log_decay).narrow(2, 0, l);
     const at::Tensor dA = (dt_used * d_log_decay).sum(at::IntArrayRef{0, 2});

@@ -67,9 +67,9 @@ struct bwd_problem {
     const float *d_final_states = nullptr;  // (b, h, p, n) or null
     float *d_initial_states = nullptr;      // (b, h, p, n) or null
     float *dD = nullptr;                    // (h, p) fp32, zeroed, or null
-    // fp32, zeroed: dB and dC as (b, g, padded_len, n), and per (b, h, padded_len) the token sums dy . (h C) and
-    // x . (g B) (bwd_layout gives padded_len).
-    float *dB, *dC, *y_dot, *x_dot;
+    // fp32, zeroed: dB and dC as (b, g, padded_len, n), and per (b, h, padded_len) dL/dcum and the token sums
+    // x . (g B) (padded_len below).
+    float *dB, *dC, *d_cum, *x_dot;
     // workspace_bytes(f) bytes: the prepared dt, cum and ids, as in the forward.
     void *workspace;
 };

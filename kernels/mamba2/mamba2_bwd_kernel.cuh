@@ -5,15 +5,20 @@
 // recurrence g_t = dy_t C_t^T + exp(dt_{t+1} A) g_{t+1}, seeded with the final states' gradient. Then
 //     dx_t = dt_t g_t B_t + D dy_t,   dB_t = dt_t g_t^T x_t,   dC_t = h_t^T dy_t,
 // and the log-decays take dL/dcum_t = dy_t . (h_t C_t) - dt_t x_t . (g_t B_t) (+ <dh_final, h_final> at the last
-// token), whose reverse cumulative sum is dL/d(dt_t A) (finished on the host side with the dt chain).
+// token), whose reverse cumulative sum is dL/d(dt_t A) (finished on the host side with the dt chain). Both terms sum
+// over pairs (output token i, input token j): Q_ij = exp(cum_i - cum_j) dt_j (dy_i . x_j)(C_i . B_j), the first over
+// the pair's output token, the second over its input token, so that the exact dL/dcum sums to zero over a sequence and
+// its reverse cumulative sum is a difference of nearly equal sums. Pairs inside a chunk therefore enter through one
+// fp32 matrix Q, as rowsum - colsum (exactly antisymmetric); only pairs across chunks come from the two walks' carried
+// states.
 //
 // 1. mamba2_bwd_dc walks the chunks forward carrying h exactly as the forward does (H^T, x weighted into Xw) and per
 //    chunk computes dC = diag(exp cum) dY H + (L o dY X^T) B, with L the forward's causal weights (dt_j included), and
-//    dy . (h C) = rowsum(dC o C) per head.
+//    the carried states' part of dy . (h C), rowsum(diag(exp cum) dY H o C).
 // 2. mamba2_bwd_dx walks them backward carrying G^T = (dL/dh at the chunk's end)^T (n x columns), and per chunk:
 //      GB = (M o B C^T) dY + diag(w) B G^T  (M_ts = exp(cum_s - cum_t), s >= t; w_t = exp(cum_last - cum_t))
-//      dx = diag(dt) GB + D dy,   x . (g B) = rowsum(X o GB)
-//      dB = diag(dt) [(M o X dY^T) C + diag(w) X G]
+//      dx = diag(dt) GB + D dy,   x . (g B) = rowsum(X o GB), its carried part rowsum(X o diag(w) B G^T)
+//      dB = diag(dt) [(M o X dY^T) C + diag(w) X G],   Q^T = (M o B C^T) o (dt M o X dY^T)
 //      G^T <- exp(cum_last) G^T + C^T diag(exp cum) dY      (the end of the previous chunk)
 // Each consumer owns the forward's block of columns of one head, so the per-head sums over p and the sums over the
 // heads of a group (dB, dC) meet in fp32 accumulators in global memory: TMA reduce-adds of 64-column blocks for dB
@@ -54,7 +59,8 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
         vec_gl dt, cum;   // (b, h, 1, padded_len)
         vec_gl seq;       // (b, 1, 1, padded_len)
         acc_gl grad_bc;   // dC (first walk) or dB (second), fp32, summed over heads and columns
-        float *token_sum; // (b, h, padded_len) fp32: dy . (h C) (first walk) or x . (g B) (second)
+        float *d_cum;     // (b, h, padded_len) fp32: dL/dcum, both walks add their parts
+        float *x_dot;     // (b, h, padded_len) fp32: x . (g B) (second walk)
         const float *seq_ids; // the ids' bits, (b, padded_len): the token before a chunk (second walk)
         const float *state_in;  // (b, h, p, n) fp32 or null: initial states (first walk), their gradient's seed,
                                 // the final states' gradient (second walk)
@@ -150,10 +156,10 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
         }
     }
 
-    // Adds this lane's two row sums into g.token_sum (one lane of each row's four).
-    __device__ static inline void add_token_sums(const globals &g, const task &t, int consumer, int chunk,
-                                                 const chunk::lane_rows &r, const float (&sum)[2]) {
-        float *dst = g.token_sum + token_row(g, t, consumer) + size_t(chunk) * CHUNK;
+    // Adds this lane's two row sums into dst, a (b, h, padded_len) buffer (one lane of each row's four).
+    __device__ static inline void add_token_sums(const globals &g, float *dst_rows, const task &t, int consumer,
+                                                 int chunk, const chunk::lane_rows &r, const float (&sum)[2]) {
+        float *dst = dst_rows + token_row(g, t, consumer) + size_t(chunk) * CHUNK;
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const float v = chunk::row_quad_sum(sum[k]);
@@ -245,27 +251,12 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
             }
         }
 
-        // dC = diag(exp cum) dY H + (L o dY X^T) B.
+        // dC = diag(exp cum) dY H + (L o dY X^T) B, and the carried part's dy . (h C) = rowsum(diag(exp cum) dY H o C).
         warpgroup::mma_async_wait(s, dc);
         chunk::causal_decay(s, cum_v, dt_v, in.seq, has_seq, r);
         rt<T, TILE_DIM, CHUNK> pt;
         copy(pt, s);
         chunk::scale_rows(dc, row_scale);
-        warpgroup::mma_AB(dc, pt, in.B);
-
-        // The state update, as in the forward.
-        const bool carry = seq_last == prev_seq;
-        const float decay = __expf(cum_last);
-        for_each_pair([&](pair_pos, float2 &v) {
-            v.x = carry ? v.x * decay : 0.f;
-            v.y = carry ? v.y * decay : 0.f;
-        }, c.state.h);
-        c.state.prev_seq = seq_last;
-        warpgroup::sync(); // every warp's rows of Xw are written
-        warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
-
-        // While it runs: dy . (h C) per token, then dC into the group's sum.
-        warpgroup::mma_async_wait<1>(dc);
         float sum[2] = {0.f, 0.f};
         auto dot_rows = [&](const rt_fl<TILE_DIM, 64> &block, const auto &c_block) {
             rt<T, TILE_DIM, 64> cr;
@@ -281,7 +272,22 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
             dot_rows(chunk::column_block<0>(dc), in.C.template chunk<0>());
             dot_rows(chunk::column_block<1>(dc), in.C.template chunk<1>());
         }
-        base::add_token_sums(g, c.task, me, c.iter, r, sum);
+        base::add_token_sums(g, g.d_cum, c.task, me, c.iter, r, sum);
+        warpgroup::mma_AB(dc, pt, in.B);
+
+        // The state update, as in the forward.
+        const bool carry = seq_last == prev_seq;
+        const float decay = __expf(cum_last);
+        for_each_pair([&](pair_pos, float2 &v) {
+            v.x = carry ? v.x * decay : 0.f;
+            v.y = carry ? v.y * decay : 0.f;
+        }, c.state.h);
+        c.state.prev_seq = seq_last;
+        warpgroup::sync(); // every warp's rows of Xw are written
+        warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
+
+        // While it runs: dC into the group's sum.
+        warpgroup::mma_async_wait<1>(dc);
         base::add_grad_block(g, out.staging[me], chunk::column_block<0>(dc), c.task, c.iter, 0);
         if constexpr (N == 128) base::add_grad_block(g, out.staging[me], chunk::column_block<1>(dc), c.task, c.iter, 1);
 
@@ -303,7 +309,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         }, c.state.h);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (laneid() == 0) atomicAdd(g.token_sum + base::token_row(g, c.task, c.consumer) + (g.len - 1), sum);
+        if (laneid() == 0) atomicAdd(g.d_cum + base::token_row(g, c.task, c.consumer) + (g.len - 1), sum);
     }
 
     // This consumer's share of dD: the lanes of one column pair differ in bits 2..4, then one lane per pair adds the
@@ -418,12 +424,23 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         warpgroup::sync(); // every warp's rows of diag(exp cum) dY are written
         warpgroup::mma_AtB(c.state.g, in.C, out.weighted[me]);
 
-        // GB = (M o S) dY + diag(w) B G^T.
+        // GB = (M o S) dY + diag(w) B G^T; the carried part's x . (g B) first.
         warpgroup::mma_async_wait<1>(s, gb);
         chunk::anticausal_decay(s, cum_v, in.seq, has_seq, r, one);
         rt<T, TILE_DIM, CHUNK> pt;
         copy(pt, s);
         chunk::scale_rows(gb, carried);
+        float d_cum[2] = {0.f, 0.f};
+        {
+            rt<T, TILE_DIM, COLS> x;
+            warpgroup::load(x, in.x[me]);
+            for_each_pair([&](pair_pos p, const float2 &v, const T2 &xv) {
+                const float2 xf = base_types::convertor<float2, T2>::convert(xv);
+                d_cum[p.half] = fmaf(v.x, xf.x, fmaf(v.y, xf.y, d_cum[p.half]));
+            }, gb, x);
+#pragma unroll
+            for (int k = 0; k < 2; k++) d_cum[k] *= -dt_row[k];
+        }
         warpgroup::mma_AB(gb, pt, in.dy[me]);
         warpgroup::mma_async_wait(gb, c.state.g); // the state update has read `weighted`: it is free again
 
@@ -450,14 +467,29 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
                 }
                 o = base_types::convertor<T2, float2>::convert(r2);
             }, gb, x, dy, dx);
-            base::add_token_sums(g, c.task, me, ci, r, sum);
+            base::add_token_sums(g, g.x_dot, c.task, me, ci, r, sum);
             store_dx(g, c.task, me, ci, dx);
             chunk::store_weighted_rows(out.weighted[me], x, dt_carried);
         }
 
-        // dB = (dt M o X dY^T) C + diag(dt w) X G, 64 state columns at a time, into the group's sum.
+        // dB = (dt M o X dY^T) C + diag(dt w) X G, 64 state columns at a time, into the group's sum. Before that, the
+        // chunk's pairs Q^T = (M o B C^T) o (dt M o X dY^T): dL/dcum gains their column sums (output tokens) and loses
+        // their row sums (input tokens).
         warpgroup::mm_ABt(s, in.x[me], in.dy[me]);
         warpgroup::mma_async_wait(s);
+        {
+            // pt holds M o B C^T (masked and decayed): Q^T = pt o X dY^T o dt_t.
+            rt_fl<TILE_DIM, CHUNK> q;
+            copy(q, pt);
+            for_each_pair([&](pair_pos p, float2 &v, const float2 &sv) {
+                v.x *= sv.x * dt_row[p.half];
+                v.y *= sv.y * dt_row[p.half];
+                d_cum[p.half] -= v.x + v.y;
+            }, q, s);
+            float *rows = g.d_cum + base::token_row(g, c.task, me) + size_t(ci) * CHUNK;
+            chunk::add_column_sums(rows, q);
+            base::add_token_sums(g, g.d_cum, c.task, me, ci, r, d_cum);
+        }
         chunk::anticausal_decay(s, cum_v, in.seq, has_seq, r, dt_row);
         copy(pt, s);
         warpgroup::sync(); // every warp's rows of diag(dt w) X are written

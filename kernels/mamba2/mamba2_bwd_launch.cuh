@@ -24,7 +24,7 @@ template <typename K> typename K::globals bwd_globals(const bwd_problem &bp, con
     typename K::acc_gl grad(dc_walk ? bp.dC : bp.dB, p.batch, p.groups, w.padded_len, N);
     const int task_heads = p.heads / K::HEADS_PER_TASK;
     return typename K::globals{x, dy, B, C, dt, cum, seq, grad,
-                               dc_walk ? bp.y_dot : bp.x_dot,
+                               bp.d_cum, bp.x_dot,
                                p.seq_idx ? ws + w.seq_offset : nullptr,
                                dc_walk ? p.initial_states : bp.d_final_states,
                                dc_walk ? bp.d_final_states : nullptr,

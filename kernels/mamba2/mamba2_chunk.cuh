@@ -115,4 +115,32 @@ __device__ inline float row_quad_sum(float v) {
     return v;
 }
 
+// Adds the column sums of a warpgroup's 64 x 64 accumulator into dst[0 .. 63]: each warp sums its 16 rows (its lanes
+// with one column pair differ in bits 2..4), then one lane per column pair adds the warp's sums.
+__device__ inline void add_column_sums(float *dst, const rt_fl<TILE_DIM, 64> &q) {
+    constexpr int W = rt_fl<TILE_DIM, 64>::width;
+    float2 part[2 * W];
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float2 a = q.tiles[0][j].data[2 * h], b = q.tiles[0][j].data[2 * h + 1]; // the lane's two rows
+            part[2 * j + h] = make_float2(a.x + b.x, a.y + b.y);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 2 * W; k++) {
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            part[k].x += __shfl_xor_sync(0xffffffffu, part[k].x, o);
+            part[k].y += __shfl_xor_sync(0xffffffffu, part[k].y, o);
+        }
+        if (laneid() < 4) {
+            const int col = 16 * (k >> 1) + 8 * (k & 1) + 2 * laneid();
+            atomicAdd(dst + col, part[k].x);
+            atomicAdd(dst + col + 1, part[k].y);
+        }
+    }
+}
+
 } // namespace tk_mamba2::chunk
