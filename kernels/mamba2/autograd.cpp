@@ -86,8 +86,11 @@ struct Mamba2ScanFunction : public torch::autograd::Function<Mamba2ScanFunction>
         const at::Tensor grads_in[INPUTS] = {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g),
                                              std::get<4>(g), std::get<5>(g), std::get<6>(g), std::get<7>(g),
                                              std::get<8>(g)};
-        for (int i = 0; i < INPUTS; i++)
-            if (s[i].defined() && ctx->needs_input_grad(i)) out[i] = grads_in[i];
+        // The result is indexed by argument, needs_input_grad by edge: only the given tensors have edges.
+        for (int i = 0, edge = 0; i < INPUTS; i++) {
+            if (!s[i].defined()) continue;
+            if (ctx->needs_input_grad(edge++)) out[i] = grads_in[i];
+        }
         return out;
     }
 };

@@ -134,6 +134,24 @@ def test_backward_meta_shapes(options, built):
             assert got.shape == want.shape and got.dtype == want.dtype
 
 
+@pytest.mark.parametrize("present", [(), ("z",), ("dt_bias",), ("D", "dt_bias"), ("z", "initial_states"),
+                                     ("D", "z", "dt_bias", "initial_states")], ids=lambda p: "+".join(p) or "none")
+def test_autograd_hands_each_gradient_to_its_input(present, built):
+    # On meta tensors the ops' Meta kernels run, so the autograd plumbing (which of the backward's results reaches
+    # which input, with optional inputs absent) is checked without a GPU.
+    b, l, h, g, p, n = 2, 10, 4, 2, 64, 128
+    x, dt, A, B, C = (v.requires_grad_() for v in scan_args(b, l, h, g, p, n, device="meta"))
+    optional = dict(D=t(h, dtype=torch.float32, device="meta"), z=torch.empty_like(x),
+                    dt_bias=t(h, dtype=torch.float32, device="meta"),
+                    initial_states=t(b, h, p, n, dtype=torch.float32, device="meta"))
+    kw = {k: optional[k].requires_grad_() for k in present}
+    out, final = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, 64, return_final_states=True, dt_softplus=True, **kw)
+    leaves = [x, dt, A, B, C, *kw.values()]
+    grads = torch.autograd.grad([out, final], leaves, [torch.empty_like(out), torch.empty_like(final)])
+    for leaf, grad in zip(leaves, grads):
+        assert grad.shape == leaf.shape and grad.dtype == leaf.dtype
+
+
 def test_backward_rules(built):
     x, dt, A, B, C = scan_args(2, 10, 4, 1, 64, 64, device="meta")
     with pytest.raises(ValueError, match="output.s gradient must have x's shape and dtype"):
