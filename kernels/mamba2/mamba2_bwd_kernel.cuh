@@ -236,19 +236,9 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
             w_row[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt_v.data[r.t[k]] : 0.f;
         }
         {
-            rt<T, TILE_DIM, COLS> x, dy;
+            rt<T, TILE_DIM, COLS> x;
             warpgroup::load(x, in.x[me]);
             chunk::store_weighted_rows(out.xw[me], x, w_row);
-            if (g.dD) {
-                warpgroup::load(dy, in.dy[me]);
-                for_each_pair([&](pair_pos p, const typename base::T2 &xv, const typename base::T2 &dv) {
-                    const float2 xf = base_types::convertor<float2, typename base::T2>::convert(xv);
-                    const float2 df = base_types::convertor<float2, typename base::T2>::convert(dv);
-                    float2 &acc = c.state.dD[2 * p.j + (p.k >> 1)];
-                    acc.x = fmaf(df.x, xf.x, acc.x);
-                    acc.y = fmaf(df.y, xf.y, acc.y);
-                }, x, dy);
-            }
         }
 
         // dC = diag(exp cum) dY H + (L o dY X^T) B, and the carried part's dy . (h C) = rowsum(diag(exp cum) dY H o C).
@@ -286,10 +276,22 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         warpgroup::sync(); // every warp's rows of Xw are written
         warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
 
-        // While it runs: dC into the group's sum.
+        // While it runs: dC into the group's sum, and dD's sums (here, where few registers are live).
         warpgroup::mma_async_wait<1>(dc);
         base::add_grad_block(g, out.staging[me], chunk::column_block<0>(dc), c.task, c.iter, 0);
         if constexpr (N == 128) base::add_grad_block(g, out.staging[me], chunk::column_block<1>(dc), c.task, c.iter, 1);
+        if (g.dD) {
+            rt<T, TILE_DIM, COLS> x, dy;
+            warpgroup::load(x, in.x[me]);
+            warpgroup::load(dy, in.dy[me]);
+            for_each_pair([&](pair_pos p, const typename base::T2 &xv, const typename base::T2 &dv) {
+                const float2 xf = base_types::convertor<float2, typename base::T2>::convert(xv);
+                const float2 df = base_types::convertor<float2, typename base::T2>::convert(dv);
+                float2 &acc = c.state.dD[2 * p.j + (p.k >> 1)];
+                acc.x = fmaf(df.x, xf.x, acc.x);
+                acc.y = fmaf(df.y, xf.y, acc.y);
+            }, x, dy);
+        }
 
         warpgroup::mma_async_wait(c.state.h);
         base::write_image(out.image[me], c.state.h);

@@ -28,6 +28,7 @@ REQUIRED_SASS = {
     "kernels/based/based_bwd.cu": ["HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG"],
     "kernels/based/based_step.cu": ["LDG.E.128", "STG.E.128"],
     "kernels/mamba2/mamba2_fwd.cu": ["HGMMA", "UTMALDG"],
+    "kernels/mamba2/mamba2_bwd.cu": ["HGMMA", "UTMALDG", "UTMAREDG"],
     "kernels/fftconv/fftconv_fwd.cu": ["HMMA"],
     "kernels/mamba2/mamba2_step.cu": ["LDG.E.128", "STG.E.128"],
 }
