@@ -278,6 +278,9 @@ class Mamba2(torch.nn.Module):
     softplus already makes dt positive).
     """
 
+    # The chunked scan forward runs: mamba2_chunk_scan's signature (a PyTorch twin of the module may swap in its own).
+    scan = staticmethod(mamba2_chunk_scan)
+
     def __init__(self, d_model: int, d_state: int = 128, d_conv: int = 4, expand: int = 2, headdim: int = 64,
                  ngroups: int = 1, chunk_size: int = 256, A_init_range: tuple[float, float] = (1.0, 16.0),
                  D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False,
@@ -380,7 +383,7 @@ class Mamba2(torch.nn.Module):
         x, B, C = self._split_conv_output(xBC.transpose(1, 2).contiguous())
         A, D, dt_bias = self._scan_parameters()
         gate = None if self.rmsnorm else z.unflatten(-1, (self.nheads, self.headdim))
-        out = mamba2_chunk_scan(x, dt.float(), A, B, C, self.chunk_size, D=D, z=gate, dt_bias=dt_bias,
+        out = self.scan(x, dt.float(), A, B, C, self.chunk_size, D=D, z=gate, dt_bias=dt_bias,
                                 initial_states=ssm_state, dt_softplus=True, dt_limit=self.dt_limit,
                                 return_final_states=ssm_state is not None)
         if ssm_state is not None:

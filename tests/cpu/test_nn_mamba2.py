@@ -170,7 +170,7 @@ def standins(monkeypatch):
 
     monkeypatch.setattr(tk_nn, "_linear", lambda x, w, b: F.linear(x.float(), w.float(),
                                                                     None if b is None else b.float()).to(x.dtype))
-    monkeypatch.setattr(tk_nn, "mamba2_chunk_scan", scan)
+    monkeypatch.setattr(tk_nn.Mamba2, "scan", staticmethod(scan))
     monkeypatch.setattr(tk_nn, "mamba2_step", step)
 
 
