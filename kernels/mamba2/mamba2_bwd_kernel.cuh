@@ -124,14 +124,29 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
         if (g.has_seq) tma::load_async(p.input.seq, g.seq, {b, 0, 0, chunk}, p.arrived);
     }
 
-    // The 16-bit image of a state accumulator, for the next chunk's products.
-    __device__ static inline void write_image(image_tile &image, const rt_fl<N / 4, COLS> &state) {
+    // A state accumulator for the next chunk's products in two 16-bit images, hi = 16-bit(state) and
+    // lo = 16-bit(state - hi): hi + lo carries the fp32 state to about 2^-16, so that the two walks see the same state
+    // (dL/dcum's terms across chunks come from both and must cancel). `lo` lives in the staging tile (below), which
+    // must have been read by its last TMA reduce-add.
+    __device__ static inline void write_image(image_tile &hi, image_tile &lo, const rt_fl<N / 4, COLS> &state) {
         rt<T, N / 4, COLS> bits;
         copy(bits, state);
-        warpgroup::store(image, bits);
+        warpgroup::store(hi, bits);
+        for_each_pair([&](pair_pos, const float2 &v, T2 &b) { // the remainder, in place
+            const float2 h = base_types::convertor<float2, T2>::convert(b);
+            b = base_types::convertor<T2, float2>::convert(make_float2(v.x - h.x, v.y - h.y));
+        }, state, bits);
+        if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
+        warpgroup::sync();
+        warpgroup::store(lo, bits);
         async_proxy_fence();
         warpgroup::sync();
     }
+    // The low image shares the staging tile: it is read by the chunk's first products, the staging tile is written
+    // only after they are waited for.
+    static_assert(sizeof(image_tile) <= sizeof(acc_tile), "Mamba-2 backward: the low image must fit the staging tile");
+    __device__ static inline image_tile &image_lo(acc_tile &staging) { return *reinterpret_cast<image_tile *>(&staging); }
+
     // A state accumulator from (b, h, p, n) fp32 at `src` (this consumer's columns), or zeros.
     __device__ static inline void read_state(rt_fl<N / 4, COLS> &state, const float *src) {
         for_each_pair([&](pair_pos p, float2 &s) {
@@ -205,7 +220,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         const globals &g = c.g;
         c.state.prev_seq = 0;
         base::read_state(c.state.h, g.state_in ? g.state_in + base::state_offset(g, c.task, c.consumer) : nullptr);
-        base::write_image(c.output.image[c.consumer], c.state.h);
+        base::write_image(c.output.image[c.consumer], base::image_lo(c.output.staging[c.consumer]), c.state.h);
 #pragma unroll
         for (int k = 0; k < COLS / 8; k++) c.state.dD[k] = make_float2(0.f, 0.f);
     }
@@ -218,13 +233,8 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         const bool has_seq = g.has_seq;
         const chunk::vec &dt_v = in.dt[base::head_slot(me)], &cum_v = in.cum[base::head_slot(me)];
 
-        // S = dY X^T and the carried state's part dY H, on the tensor cores.
-        rt_fl<TILE_DIM, CHUNK> s;
-        rt_fl<TILE_DIM, N> dc;
-        warpgroup::mm_ABt(s, in.dy[me], in.x[me]);
-        warpgroup::mm_ABt(dc, in.dy[me], out.image[me]);
-
-        // Meanwhile Xw for the state update, as in the forward.
+        // This lane's rows: exp(cum) for the carried state (0 in another sequence), w = exp(cum_last - cum) dt for the
+        // state update.
         const float cum_last = cum_v.data[CHUNK - 1];
         const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
         const int prev_seq = c.state.prev_seq;
@@ -235,6 +245,25 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
             row_scale[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
             w_row[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt_v.data[r.t[k]] : 0.f;
         }
+
+        // S = dY X^T and the carried state's part diag(exp cum) dY H (hi + lo images), on the tensor cores; the
+        // weighted dY (in the Xw tile until Xw is built) is rounded exactly as the backward walk rounds it into its
+        // state.
+        {
+            rt<T, TILE_DIM, COLS> dy;
+            warpgroup::load(dy, in.dy[me]);
+            chunk::store_weighted_rows(out.xw[me], dy, row_scale);
+        }
+        warpgroup::sync();
+        rt_fl<TILE_DIM, CHUNK> s;
+        rt_fl<TILE_DIM, N> dc;
+        warpgroup::mm_ABt(dc, out.xw[me], out.image[me]);
+        warpgroup::mma_ABt(dc, out.xw[me], base::image_lo(out.staging[me]), wgmma::chained);
+        warpgroup::mm_ABt(s, in.dy[me], in.x[me]);
+        warpgroup::mma_async_wait(s, dc);
+        warpgroup::sync(); // every warp's share of the products has read the weighted dY
+
+        // Xw for the state update, as in the forward.
         {
             rt<T, TILE_DIM, COLS> x;
             warpgroup::load(x, in.x[me]);
@@ -242,11 +271,9 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         }
 
         // dC = diag(exp cum) dY H + (L o dY X^T) B, and the carried part's dy . (h C) = rowsum(diag(exp cum) dY H o C).
-        warpgroup::mma_async_wait(s, dc);
         chunk::causal_decay(s, cum_v, dt_v, in.seq, has_seq, r);
         rt<T, TILE_DIM, CHUNK> pt;
         copy(pt, s);
-        chunk::scale_rows(dc, row_scale);
         float sum[2] = {0.f, 0.f};
         auto dot_rows = [&](const rt_fl<TILE_DIM, 64> &block, const auto &c_block) {
             rt<T, TILE_DIM, 64> cr;
@@ -294,7 +321,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         }
 
         warpgroup::mma_async_wait(c.state.h);
-        base::write_image(out.image[me], c.state.h);
+        base::write_image(out.image[me], base::image_lo(out.staging[me]), c.state.h);
     }
 
     // <dh_final, h_final> joins dL/dcum at the last token.
@@ -374,7 +401,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
     __device__ static inline void setup(lcsf::consumer_args<mamba2_bwd_dx> &c) {
         const globals &g = c.g;
         base::read_state(c.state.g, g.state_in ? g.state_in + base::state_offset(g, c.task, c.consumer) : nullptr);
-        base::write_image(c.output.image[c.consumer], c.state.g);
+        base::write_image(c.output.image[c.consumer], base::image_lo(c.output.staging[c.consumer]), c.state.g);
     }
 
     __device__ static inline void compute(lcsf::consumer_args<mamba2_bwd_dx> &c) {
@@ -404,6 +431,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         rt_fl<TILE_DIM, COLS> gb;
         warpgroup::mm_ABt(s, in.B, in.C);
         warpgroup::mm_AB(gb, in.B, out.image[me]);
+        warpgroup::mma_AB(gb, in.B, base::image_lo(out.staging[me]));
 
         // Meanwhile the weights of this lane's rows, and diag(exp cum) dY for the state update.
         const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
@@ -426,23 +454,22 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         warpgroup::sync(); // every warp's rows of diag(exp cum) dY are written
         warpgroup::mma_AtB(c.state.g, in.C, out.weighted[me]);
 
-        // GB = (M o S) dY + diag(w) B G^T; the carried part's x . (g B) first.
+        // GB = (M o S) dY + diag(w) B G^T. First the carried part's share of dL/dcum, -dt x . (w B G^T), with
+        // diag(dt w) X rounded exactly as the forward walk rounds it into its state.
         warpgroup::mma_async_wait<1>(s, gb);
         chunk::anticausal_decay(s, cum_v, in.seq, has_seq, r, one);
         rt<T, TILE_DIM, CHUNK> pt;
         copy(pt, s);
-        chunk::scale_rows(gb, carried);
         float d_cum[2] = {0.f, 0.f};
         {
             rt<T, TILE_DIM, COLS> x;
             warpgroup::load(x, in.x[me]);
             for_each_pair([&](pair_pos p, const float2 &v, const T2 &xv) {
-                const float2 xf = base_types::convertor<float2, T2>::convert(xv);
-                d_cum[p.half] = fmaf(v.x, xf.x, fmaf(v.y, xf.y, d_cum[p.half]));
+                const float2 xw = chunk::weighted_pair(xv, dt_carried[p.half]);
+                d_cum[p.half] = fmaf(-v.x, xw.x, fmaf(-v.y, xw.y, d_cum[p.half]));
             }, gb, x);
-#pragma unroll
-            for (int k = 0; k < 2; k++) d_cum[k] *= -dt_row[k];
         }
+        chunk::scale_rows(gb, carried);
         warpgroup::mma_AB(gb, pt, in.dy[me]);
         warpgroup::mma_async_wait(gb, c.state.g); // the state update has read `weighted`: it is free again
 
@@ -471,6 +498,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
             }, gb, x, dy, dx);
             base::add_token_sums(g, g.x_dot, c.task, me, ci, r, sum);
             store_dx(g, c.task, me, ci, dx);
+            warpgroup::sync(); // every warp's share of the state update has read `weighted`
             chunk::store_weighted_rows(out.weighted[me], x, dt_carried);
         }
 
@@ -509,7 +537,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
             db_block(out.image[me].template row_block<64, 1>(), in.C.template chunk<1>(), 1);
         }
 
-        base::write_image(out.image[me], c.state.g);
+        base::write_image(out.image[me], base::image_lo(out.staging[me]), c.state.g);
     }
 
     // dx rows of this chunk (rows past the end skipped) straight from registers: (b, l, h, p) contiguous.

@@ -82,18 +82,30 @@ template <typename RT> __device__ inline void scale_rows(RT &t, const float (&f)
     }, t);
 }
 
-// dst = diag(w) src, a 16-bit operand for a later product, from src's registers; the writers' fence is included, the
-// barrier before the product is the caller's.
-template <typename ST, typename RT> __device__ inline void store_weighted_rows(ST &dst, const RT &src, const float (&w)[2]) {
+// A weighted pair w v of 16-bit values, rounded to 16 bits once (fp32 product), as packed 16 bits or back in fp32:
+// every walk that needs the same weighted rows computes them this way, so that they agree bit for bit.
+template <typename T2> __device__ inline T2 weighted_bits(const T2 &v, float w) {
+    float2 f = base_types::convertor<float2, T2>::convert(v);
+    f.x *= w;
+    f.y *= w;
+    return base_types::convertor<T2, float2>::convert(f);
+}
+template <typename T2> __device__ inline float2 weighted_pair(const T2 &v, float w) {
+    return base_types::convertor<float2, T2>::convert(weighted_bits(v, w));
+}
+
+// diag(w) src for a 16-bit register tile (weighted_bits per pair).
+template <typename RT> __device__ inline RT weighted_rows(const RT &src, const float (&w)[2]) {
     using T2 = typename RT::T2;
     RT weighted;
-    for_each_pair([&](pair_pos p, const T2 &v, T2 &o) {
-        float2 f = base_types::convertor<float2, T2>::convert(v);
-        f.x *= w[p.half];
-        f.y *= w[p.half];
-        o = base_types::convertor<T2, float2>::convert(f);
-    }, src, weighted);
-    warpgroup::store(dst, weighted);
+    for_each_pair([&](pair_pos p, const T2 &v, T2 &o) { o = weighted_bits(v, w[p.half]); }, src, weighted);
+    return weighted;
+}
+
+// dst = weighted_rows(src, w) in shared memory, an operand for a later product; the writers' fence is included, the
+// barrier before the product is the caller's.
+template <typename ST, typename RT> __device__ inline void store_weighted_rows(ST &dst, const RT &src, const float (&w)[2]) {
+    warpgroup::store(dst, weighted_rows(src, w));
     async_proxy_fence();
 }
 

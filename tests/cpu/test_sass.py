@@ -35,8 +35,12 @@ REQUIRED_SASS = {
 
 # Spill bytes a source may report per function. The causal D = 64 attention backward holds S^T and dP^T
 # (64 registers each) next to dK and dV at the 240-register consumer limit, and ptxas parks a few scalars
-# (stores + loads under 64 bytes each); the non-causal and D = 128 kernels must stay at zero.
-SPILL_ALLOWANCE = {"kernels/attention/attn_bwd_d64.cu": 64}
+# (stores + loads under 64 bytes each); its non-causal kernels must stay at zero. The Mamba-2 backward's backward
+# walk at state dim 128 holds the carried state (64 registers) next to GB, the chunk's weights and the low image's
+# product: ptxas parks a few scalars there (under 32 bytes).
+SPILL_ALLOWANCE = {"kernels/attention/attn_bwd_d64.cu": 64, "kernels/mamba2/mamba2_bwd.cu": 32}
+# Functions of an allowance's source that must still not spill at all (a pattern of their mangled names).
+NO_SPILL_FUNCTIONS = {"kernels/attention/attn_bwd_d64.cu": "Lb0E"}  # non-causal
 
 
 # Whole kernels: conftest queues these compiles before the small jobs of other modules.
@@ -96,9 +100,10 @@ def test_no_register_spills(compiled):
     allowed = SPILL_ALLOWANCE.get(source, 0)
     spilling = {name: s for name, s in per_function.items() if max(s) > allowed}
     assert not spilling, f"{source}: functions spill more than {allowed} bytes (store, load bytes): {spilling}"
-    if allowed:  # only the causal kernels may spill at all
-        assert all(s == (0, 0) for name, s in per_function.items() if "Lb0E" in name), \
-            f"{source}: a non-causal kernel spills: {per_function}"
+    if source in NO_SPILL_FUNCTIONS:
+        pattern = NO_SPILL_FUNCTIONS[source]
+        assert all(s == (0, 0) for name, s in per_function.items() if pattern in name), \
+            f"{source}: a function matching {pattern!r} spills: {per_function}"
 
 
 def test_no_wgmma_serialization(compiled):
