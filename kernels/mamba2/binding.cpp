@@ -146,6 +146,44 @@ at::Tensor heads_view(const at::Tensor &t) {
 
 template <typename P> const P *ptr_or_null(const at::Tensor &t) { return t.defined() ? t.data_ptr<P>() : nullptr; }
 
+// The scan's inputs as the kernels take them: x, B, C (and z) as (b, h, l, d) views, the small operands dense. Both
+// the forward and the backward fill their problems from it.
+struct scan_inputs {
+    at::Tensor x, z, B, C, dt, A, D, bias, init, seq;
+    scan_inputs(const at::Tensor &x_in, const at::Tensor &z_in, const at::Tensor &B_in, const at::Tensor &C_in,
+                const at::Tensor &dt_in, const at::Tensor &A_in, const at::Tensor &D_in, const at::Tensor &bias_in,
+                const at::Tensor &init_in, const at::Tensor &seq_in)
+        : x(heads_view(x_in)), z(heads_view(z_in)), B(heads_view(B_in)), C(heads_view(C_in)), dt(dense(dt_in)),
+          A(dense(A_in)), D(dense(D_in)), bias(dense(bias_in)), init(dense(init_in)), seq(dense(seq_in)) {}
+
+    // Everything of a fwd_problem but the outputs and the workspace.
+    tk_mamba2::fwd_problem problem(bool dt_softplus, double dt_min, double dt_max) const {
+        tk_mamba2::fwd_problem p{};
+        p.x = view_of(x);
+        p.B = view_of(B);
+        p.C = view_of(C);
+        if (z.defined()) p.z = view_of(z);
+        p.dt = dt.data_ptr<float>();
+        p.A = A.data_ptr<float>();
+        p.D = ptr_or_null<float>(D);
+        p.D_per_channel = D.defined() && D.dim() == 2;
+        p.dt_bias = ptr_or_null<float>(bias);
+        p.dt_softplus = dt_softplus;
+        p.dt_min = float(dt_min);
+        p.dt_max = float(dt_max);
+        p.initial_states = ptr_or_null<float>(init);
+        p.seq_idx = ptr_or_null<int>(seq);
+        p.batch = int(x.size(0));
+        p.heads = int(x.size(1));
+        p.len = int(x.size(2));
+        p.head_dim = int(x.size(3));
+        p.groups = int(B.size(1));
+        p.state_dim = int(B.size(3));
+        p.type = x.scalar_type() == at::kBFloat16 ? tk_mamba2::dtype::bf16 : tk_mamba2::dtype::fp16;
+        return p;
+    }
+};
+
 std::tuple<at::Tensor, at::Tensor> scan_fwd_cuda(const at::Tensor &x_in, const at::Tensor &dt_in,
                                                  const at::Tensor &A_in, const at::Tensor &B_in, const at::Tensor &C_in,
                                                  int64_t chunk_size, const opt_tensor &D_opt, const opt_tensor &z_opt,
@@ -164,35 +202,11 @@ std::tuple<at::Tensor, at::Tensor> scan_fwd_cuda(const at::Tensor &x_in, const a
     at::Tensor final_states = empty_states(x_in, B_in, return_final_states);
     if (x_in.size(0) == 0 || x_in.size(2) == 0) return {out, final_states};
 
-    const at::Tensor x = heads_view(x_in), z = heads_view(z_in), B = heads_view(B_in), C = heads_view(C_in);
-    const at::Tensor dt = dense(dt_in), A = dense(A_in), D = dense(D_in), bias = dense(bias_in);
-    const at::Tensor init = dense(init_in), seq = dense(seq_in);
+    const scan_inputs in(x_in, z_in, B_in, C_in, dt_in, A_in, D_in, bias_in, init_in, seq_in);
     at::Tensor out_view = out.transpose(1, 2);
-
-    tk_mamba2::fwd_problem p{};
-    p.x = view_of(x);
-    p.B = view_of(B);
-    p.C = view_of(C);
-    if (z.defined()) p.z = view_of(z);
+    tk_mamba2::fwd_problem p = in.problem(dt_softplus, dt_min, dt_max);
     p.out = out_of(out_view);
-    p.dt = dt.data_ptr<float>();
-    p.A = A.data_ptr<float>();
-    p.D = ptr_or_null<float>(D);
-    p.D_per_channel = D.defined() && D.dim() == 2;
-    p.dt_bias = ptr_or_null<float>(bias);
-    p.dt_softplus = dt_softplus;
-    p.dt_min = float(dt_min);
-    p.dt_max = float(dt_max);
-    p.initial_states = ptr_or_null<float>(init);
-    p.seq_idx = ptr_or_null<int>(seq);
     p.final_states = return_final_states ? final_states.data_ptr<float>() : nullptr;
-    p.batch = int(x_in.size(0));
-    p.len = int(x_in.size(1));
-    p.heads = int(x_in.size(2));
-    p.groups = int(B_in.size(2));
-    p.head_dim = int(x_in.size(3));
-    p.state_dim = int(B_in.size(3));
-    p.type = x_in.scalar_type() == at::kBFloat16 ? tk_mamba2::dtype::bf16 : tk_mamba2::dtype::fp16;
     // The kernels' scratch from torch's caching allocator: reused across calls and owned by a captured CUDA graph's
     // pool like every other tensor.
     at::Tensor workspace = at::detail::empty_cuda({int64_t(tk_mamba2::workspace_bytes(p))}, at::kByte, x_in.device(),
@@ -315,44 +329,24 @@ bwd_tuple scan_bwd_cuda(const at::Tensor &x_in, const at::Tensor &dt_in, const a
         dz = (d_out * y.to(at::kFloat) * sig * (1 + zf * (1 - sig))).to(x_in.scalar_type());
     }
 
-    const at::Tensor x = heads_view(x_in), B = heads_view(B_in), C = heads_view(C_in), dy_v = heads_view(dy);
-    const at::Tensor dt = dense(dt_in), A = dense(A_in), D = dense(D_in), bias = dense(bias_in);
-    const at::Tensor init = dense(init_in), seq = dense(seq_in), d_final = dense(d_final_in);
+    const scan_inputs in(x_in, at::Tensor(), B_in, C_in, dt_in, A_in, D_in, bias_in, init_in, seq_in);
+    const at::Tensor dy_v = heads_view(dy), d_final = dense(d_final_in);
     const int64_t padded = tk_mamba2::padded_len(int(l));
     const at::TensorOptions f32 = x_in.options().dtype(at::kFloat);
     at::Tensor dx = at::empty({b, l, h, p}, x_in.options());
     at::Tensor dB_sum = at::zeros({b, g, padded, n}, f32), dC_sum = at::zeros({b, g, padded, n}, f32);
     at::Tensor d_cum = at::zeros({b, h, padded}, f32), x_dot = at::zeros({b, h, padded}, f32);
-    at::Tensor dD_sum = D.defined() ? at::zeros({h, p}, f32) : at::Tensor();
-    at::Tensor d_init = init.defined() ? at::empty({b, h, p, n}, f32) : none_like(x_in);
+    at::Tensor dD_sum = in.D.defined() ? at::zeros({h, p}, f32) : at::Tensor();
+    at::Tensor d_init = in.init.defined() ? at::empty({b, h, p, n}, f32) : none_like(x_in);
 
     tk_mamba2::bwd_problem bp{};
-    tk_mamba2::fwd_problem &f = bp.f;
-    f.x = view_of(x);
-    f.B = view_of(B);
-    f.C = view_of(C);
-    f.dt = dt.data_ptr<float>();
-    f.A = A.data_ptr<float>();
-    f.D = ptr_or_null<float>(D);
-    f.D_per_channel = D.defined() && D.dim() == 2;
-    f.dt_bias = ptr_or_null<float>(bias);
-    f.dt_softplus = dt_softplus;
-    f.dt_min = float(dt_min);
-    f.dt_max = float(dt_max);
-    f.initial_states = ptr_or_null<float>(init);
-    f.seq_idx = ptr_or_null<int>(seq);
-    f.batch = int(b);
-    f.len = int(l);
-    f.heads = int(h);
-    f.groups = int(g);
-    f.head_dim = int(p);
-    f.state_dim = int(n);
-    f.type = x_in.scalar_type() == at::kBFloat16 ? tk_mamba2::dtype::bf16 : tk_mamba2::dtype::fp16;
+    bp.f = in.problem(dt_softplus, dt_min, dt_max);
+    const tk_mamba2::fwd_problem &f = bp.f;
     bp.dy = view_of(dy_v);
     bp.dx = dx.data_ptr();
     bp.d_final_states = ptr_or_null<float>(d_final);
-    bp.d_initial_states = init.defined() ? d_init.data_ptr<float>() : nullptr;
-    bp.dD = D.defined() ? dD_sum.data_ptr<float>() : nullptr;
+    bp.d_initial_states = in.init.defined() ? d_init.data_ptr<float>() : nullptr;
+    bp.dD = in.D.defined() ? dD_sum.data_ptr<float>() : nullptr;
     bp.dB = dB_sum.data_ptr<float>();
     bp.dC = dC_sum.data_ptr<float>();
     bp.d_cum = d_cum.data_ptr<float>();
@@ -364,15 +358,15 @@ bwd_tuple scan_bwd_cuda(const at::Tensor &x_in, const at::Tensor &dt_in, const a
     // The reverse cumulative sum of dL/dcum is dL/d(dt A), and from it come the gradients of dt and A.
     const at::Tensor dt_used = workspace.view(at::kFloat).narrow(0, 0, b * h * padded).view({b, h, padded});
     const at::Tensor d_log_decay = d_cum.flip(-1).cumsum(-1).flip(-1);
-    const at::Tensor d_dt_used = (x_dot + A.view({1, h, 1}) * d_log_decay).narrow(2, 0, l);
+    const at::Tensor d_dt_used = (x_dot + in.A.view({1, h, 1}) * d_log_decay).narrow(2, 0, l);
     const at::Tensor dA = (dt_used * d_log_decay).sum(at::IntArrayRef{0, 2});
-    const at::Tensor ddt = raw_dt_gradient(d_dt_used, dt, bias, dt_softplus, dt_min, dt_max);
-    const at::Tensor ddt_bias = bias.defined() ? ddt.sum(at::IntArrayRef{0, 1}) : none_like(x_in);
+    const at::Tensor ddt = raw_dt_gradient(d_dt_used, in.dt, in.bias, dt_softplus, dt_min, dt_max);
+    const at::Tensor ddt_bias = in.bias.defined() ? ddt.sum(at::IntArrayRef{0, 1}) : none_like(x_in);
     auto by_token = [&](const at::Tensor &sum) {
         return sum.narrow(2, 0, l).transpose(1, 2).to(x_in.scalar_type()).contiguous();
     };
     at::Tensor dD = none_like(x_in);
-    if (D.defined()) dD = D.dim() == 2 ? dD_sum : dD_sum.sum(1);
+    if (in.D.defined()) dD = in.D.dim() == 2 ? dD_sum : dD_sum.sum(1);
     return {dx, ddt, dA, by_token(dB_sum), by_token(dC_sum), dD, dz, ddt_bias, d_init};
 }
 

@@ -202,10 +202,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         image_tile image[NUM_CONSUMERS];
         acc_tile staging[NUM_CONSUMERS];
     };
-    static constexpr int INPUT_STAGES = [] {
-        const int fit = int((MAX_SHARED_MEMORY - sizeof(output_block) - 2048) / sizeof(input_block));
-        return fit < 4 ? fit : 4;
-    }();
+    static constexpr int INPUT_STAGES = chunk::ring_stages<input_block, output_block>();
     static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     struct consumer_state {
@@ -382,10 +379,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         image_tile image[NUM_CONSUMERS];
         acc_tile staging[NUM_CONSUMERS];
     };
-    static constexpr int INPUT_STAGES = [] {
-        const int fit = int((MAX_SHARED_MEMORY - sizeof(output_block) - 2048) / sizeof(input_block));
-        return fit < 4 ? fit : 4;
-    }();
+    static constexpr int INPUT_STAGES = chunk::ring_stages<input_block, output_block>();
     static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     struct consumer_state {

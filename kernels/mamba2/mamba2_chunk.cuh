@@ -16,6 +16,12 @@ using namespace kittens;
 
 using vec = sv_fl<KERNEL_CHUNK>;
 
+// Ring stages of In that fit next to Out and the ring's semaphores in shared memory, at most 4.
+template <typename In, typename Out> constexpr int ring_stages() {
+    const int fit = int((MAX_SHARED_MEMORY - sizeof(Out) - 2048) / sizeof(In));
+    return fit < 4 ? fit : 4;
+}
+
 __device__ inline int seq_at(const vec &seq, bool has_seq, int t) { return has_seq ? __float_as_int(seq.data[t]) : 0; }
 
 // The chunk rows (tokens) this lane holds in a 64-row accumulator of its warpgroup: lane_row(0, r) of its warp.

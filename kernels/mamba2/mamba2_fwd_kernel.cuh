@@ -25,8 +25,7 @@
 // computed and never stored (the TMA store clips them).
 #pragma once
 
-#include "kittens.cuh"
-#include "mamba2.h"
+#include "mamba2_chunk.cuh"
 
 namespace tk_mamba2 {
 using namespace kittens;
@@ -76,11 +75,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
         image_tile image[NUM_CONSUMERS];
         x_tile staging[NUM_CONSUMERS]; // the output on its way to the TMA store
     };
-    // As many stages as fit next to the output block and the ring's semaphores (at most 4).
-    static constexpr int INPUT_STAGES = [] {
-        const int fit = int((MAX_SHARED_MEMORY - sizeof(output_block) - 2048) / sizeof(input_block));
-        return fit < 4 ? fit : 4;
-    }();
+    static constexpr int INPUT_STAGES = chunk::ring_stages<input_block, output_block>();
     static_assert(INPUT_STAGES >= 2, "Mamba-2 forward: the ring needs two stages at least");
 
     struct consumer_state {
@@ -159,16 +154,11 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
         write_image(c);
     }
 
-    __device__ static inline int seq_at(const input_block &in, bool has_seq, int t) {
-        return has_seq ? __float_as_int(in.seq.data[t]) : 0;
-    }
-
     __device__ static inline void compute(lcsf::consumer_args<mamba2_fwd> &c) {
         const globals &g = c.g;
         input_block &in = c.input;
         output_block &out = c.output;
         const int me = c.consumer;
-        const int warp_row0 = warpgroup::warp_row0();
         const bool has_seq = g.has_seq;
         const vec &dt_v = in.dt[head_slot(me)], &cum_v = in.cum[head_slot(me)];
 
@@ -180,51 +170,25 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
 
         // b. Meanwhile: this lane's two rows (tokens) and Xw = x diag(w) for the chunk state.
         const float cum_last = cum_v.data[CHUNK - 1];
-        const int seq_last = seq_at(in, has_seq, CHUNK - 1);
+        const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
         const int prev_seq = c.state.prev_seq;
-        float cum_row[2], row_scale[2], w_row[2];
-        int seq_row[2];
+        const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
+        float row_scale[2], w_row[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int t = warp_row0 + lane_row(0, r);
-            cum_row[r] = cum_v.data[t];
-            seq_row[r] = seq_at(in, has_seq, t);
-            // Select rather than multiply by 0: a dropped term must not turn an overflowing decay into NaN.
-            row_scale[r] = seq_row[r] == prev_seq ? __expf(cum_row[r]) : 0.f;
-            w_row[r] = seq_row[r] == seq_last ? __expf(cum_last - cum_row[r]) * dt_v.data[t] : 0.f;
+        for (int k = 0; k < 2; k++) {
+            row_scale[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
+            w_row[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt_v.data[r.t[k]] : 0.f;
         }
-        rt<T, TILE_DIM, COLS> x, xw;
+        rt<T, TILE_DIM, COLS> x;
         warpgroup::load(x, in.x[me]);
-        for_each_pair([&](pair_pos p, const T2 &v, T2 &o) {
-            float2 f = base_types::convertor<float2, T2>::convert(v);
-            f.x *= w_row[p.half];
-            f.y *= w_row[p.half];
-            o = base_types::convertor<T2, float2>::convert(f);
-        }, x, xw);
-        warpgroup::store(out.xw[me], xw);
-        async_proxy_fence(); // Xw is read by wgmma after the barrier below
+        chunk::store_weighted_rows(out.xw[me], x, w_row); // read by wgmma after the barrier below
 
         // c. P = S o L o dt (causal, same sequence), then Y = diag(exp(cum_i)) C H^T + P x.
         warpgroup::mma_async_wait(s, y);
-        for_each_pair([&](pair_pos p, float2 &v) {
-            const int i = warp_row0 + p.row, j = p.col;
-            const float2 cj = *reinterpret_cast<const float2 *>(&cum_v.data[j]);
-            const float2 dj = *reinterpret_cast<const float2 *>(&dt_v.data[j]);
-            const float ci = cum_row[p.half];
-            bool ok0 = j <= i, ok1 = j + 1 <= i;
-            if (has_seq) {
-                ok0 = ok0 && seq_at(in, true, j) == seq_row[p.half];
-                ok1 = ok1 && seq_at(in, true, j + 1) == seq_row[p.half];
-            }
-            v.x = ok0 ? v.x * (__expf(ci - cj.x) * dj.x) : 0.f;
-            v.y = ok1 ? v.y * (__expf(ci - cj.y) * dj.y) : 0.f;
-        }, s);
+        chunk::causal_decay(s, cum_v, dt_v, in.seq, has_seq, r);
         rt<T, TILE_DIM, CHUNK> pt;
         copy(pt, s);
-        for_each_pair([&](pair_pos p, float2 &v) {
-            v.x = row_scale[p.half] != 0.f ? v.x * row_scale[p.half] : 0.f;
-            v.y = row_scale[p.half] != 0.f ? v.y * row_scale[p.half] : 0.f;
-        }, y);
+        chunk::scale_rows(y, row_scale);
         warpgroup::mma_AB(y, pt, in.x[me]);
 
         // d. The state: H^T = exp(cum_last) H^T + B^T Xw, the carried part dropped when the chunk's last token starts
