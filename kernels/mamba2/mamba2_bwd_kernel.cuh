@@ -9,8 +9,9 @@
 // over pairs (output token i, input token j): Q_ij = exp(cum_i - cum_j) dt_j (dy_i . x_j)(C_i . B_j), the first over
 // the pair's output token, the second over its input token, so that the exact dL/dcum sums to zero over a sequence and
 // its reverse cumulative sum is a difference of nearly equal sums. Pairs inside a chunk therefore enter through one
-// fp32 matrix Q, as rowsum - colsum (exactly antisymmetric); only pairs across chunks come from the two walks' carried
-// states.
+// fp32 matrix Q, as rowsum - colsum (exactly antisymmetric); pairs across chunks come from the two walks' carried
+// states, which each walk hands to its products as 16-bit hi + lo images (the fp32 state to about 2^-16), with each
+// pair's weighted rows rounded the same way on both walks, so that their roundings cancel too.
 //
 // 1. mamba2_bwd_dc walks the chunks forward carrying h exactly as the forward does (H^T, x weighted into Xw) and per
 //    chunk computes dC = diag(exp cum) dY H + (L o dY X^T) B, with L the forward's causal weights (dt_j included), and
