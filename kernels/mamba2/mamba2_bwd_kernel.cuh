@@ -420,6 +420,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
             v.x = carry ? v.x * decay : 0.f;
             v.y = carry ? v.y * decay : 0.f;
         }, c.state.g);
+        wgmma::detail::pin_tile(c.state.g); // scaled here, before any product is in flight (not sunk to its use)
 
         // S = B C^T and the carried part B G^T.
         rt_fl<TILE_DIM, CHUNK> s;
