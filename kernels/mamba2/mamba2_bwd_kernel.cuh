@@ -237,12 +237,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
         const int prev_seq = c.state.prev_seq;
         const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
-        float row_scale[2], w_row[2];
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            row_scale[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
-            w_row[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt_v.data[r.t[k]] : 0.f;
-        }
+        const chunk::row_weights w = chunk::weights_of_rows(r, dt_v, cum_last, prev_seq, seq_last);
 
         // S = dY X^T and the carried state's part diag(exp cum) dY H (hi + lo images), on the tensor cores; the
         // weighted dY (in the Xw tile until Xw is built) is rounded exactly as the backward walk rounds it into its
@@ -250,7 +245,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         {
             rt<T, TILE_DIM, COLS> dy;
             warpgroup::load(dy, in.dy[me]);
-            chunk::store_weighted_rows(out.xw[me], dy, row_scale);
+            chunk::store_weighted_rows(out.xw[me], dy, w.from_prev);
         }
         warpgroup::sync();
         rt_fl<TILE_DIM, CHUNK> s;
@@ -265,7 +260,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         {
             rt<T, TILE_DIM, COLS> x;
             warpgroup::load(x, in.x[me]);
-            chunk::store_weighted_rows(out.xw[me], x, w_row);
+            chunk::store_weighted_rows(out.xw[me], x, w.to_end_dt);
         }
 
         // dC = diag(exp cum) dY H + (L o dY X^T) B, and the carried part's dy . (h C) = rowsum(diag(exp cum) dY H o C).
@@ -431,19 +426,13 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
 
         // Meanwhile the weights of this lane's rows, and diag(exp cum) dY for the state update.
         const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
-        float dt_row[2], carried[2], dt_carried[2], into_prev[2];
+        const chunk::row_weights w = chunk::weights_of_rows(r, dt_v, cum_last, prev_seq, seq_last);
+        const float dt_row[2] = {dt_v.data[r.t[0]], dt_v.data[r.t[1]]};
         const float one[2] = {1.f, 1.f};
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            dt_row[k] = dt_v.data[r.t[k]];
-            carried[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) : 0.f;
-            dt_carried[k] = carried[k] * dt_row[k];
-            into_prev[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
-        }
         {
             rt<T, TILE_DIM, COLS> dy;
             warpgroup::load(dy, in.dy[me]);
-            chunk::store_weighted_rows(out.weighted[me], dy, into_prev);
+            chunk::store_weighted_rows(out.weighted[me], dy, w.from_prev);
         }
 
         // The state for the previous chunk, G^T = exp(cum_last) G^T + C^T diag(exp cum) dY (scaled above).
@@ -461,11 +450,11 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
             rt<T, TILE_DIM, COLS> x;
             warpgroup::load(x, in.x[me]);
             for_each_pair([&](pair_pos p, const float2 &v, const T2 &xv) {
-                const float2 xw = chunk::weighted_pair(xv, dt_carried[p.half]);
+                const float2 xw = chunk::weighted_pair(xv, w.to_end_dt[p.half]);
                 d_cum[p.half] = fmaf(-v.x, xw.x, fmaf(-v.y, xw.y, d_cum[p.half]));
             }, gb, x);
         }
-        chunk::scale_rows(gb, carried);
+        chunk::scale_rows(gb, w.to_end);
         warpgroup::mma_AB(gb, pt, in.dy[me]);
         warpgroup::mma_async_wait(gb, c.state.g); // the state update has read `weighted`: it is free again
 
@@ -495,7 +484,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
             base::add_token_sums(g, g.x_dot, c.task, me, ci, r, sum);
             store_dx(g, c.task, me, ci, dx);
             warpgroup::sync(); // every warp's share of the state update has read `weighted`
-            chunk::store_weighted_rows(out.weighted[me], x, dt_carried);
+            chunk::store_weighted_rows(out.weighted[me], x, w.to_end_dt);
         }
 
         // dB = (dt M o X dY^T) C + diag(dt w) X G, 64 state columns at a time, into the group's sum. Before that, the

@@ -41,6 +41,25 @@ __device__ inline lane_rows rows_of_lane(const vec &cum, const vec &seq, bool ha
     return r;
 }
 
+// Per row of this lane, the weights that carry state across the chunk's ends: from_prev = exp(cum) for a token of the
+// sequence the carried state belongs to (else 0), to_end = exp(cum_last - cum) for a token of the chunk's last
+// sequence (else 0), and to_end_dt = to_end dt, the weight of its x in the state the chunk leaves. Every walk takes
+// them from here: the backward's carried terms cancel only if both walks weight a token identically.
+struct row_weights {
+    float from_prev[2], to_end[2], to_end_dt[2];
+};
+__device__ inline row_weights weights_of_rows(const lane_rows &r, const vec &dt, float cum_last, int prev_seq,
+                                              int seq_last) {
+    row_weights w;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        w.from_prev[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
+        w.to_end_dt[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt.data[r.t[k]] : 0.f;
+        w.to_end[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) : 0.f;
+    }
+    return w;
+}
+
 // The forward's intra-chunk weights on a (rows i) x (columns j) product: v *= exp(cum_i - cum_j) dt_j where j <= i in
 // the same sequence, else 0.
 template <typename RT>

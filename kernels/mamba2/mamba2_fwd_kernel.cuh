@@ -173,22 +173,17 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
         const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
         const int prev_seq = c.state.prev_seq;
         const chunk::lane_rows r = chunk::rows_of_lane(cum_v, in.seq, has_seq);
-        float row_scale[2], w_row[2];
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            row_scale[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
-            w_row[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt_v.data[r.t[k]] : 0.f;
-        }
+        const chunk::row_weights w = chunk::weights_of_rows(r, dt_v, cum_last, prev_seq, seq_last);
         rt<T, TILE_DIM, COLS> x;
         warpgroup::load(x, in.x[me]);
-        chunk::store_weighted_rows(out.xw[me], x, w_row); // read by wgmma after the barrier below
+        chunk::store_weighted_rows(out.xw[me], x, w.to_end_dt); // read by wgmma after the barrier below
 
         // c. P = S o L o dt (causal, same sequence), then Y = diag(exp(cum_i)) C H^T + P x.
         warpgroup::mma_async_wait(s, y);
         chunk::causal_decay(s, cum_v, dt_v, in.seq, has_seq, r);
         rt<T, TILE_DIM, CHUNK> pt;
         copy(pt, s);
-        chunk::scale_rows(y, row_scale);
+        chunk::scale_rows(y, w.from_prev);
         warpgroup::mma_AB(y, pt, in.x[me]);
 
         // d. The state: H^T = exp(cum_last) H^T + B^T Xw, the carried part dropped when the chunk's last token starts
