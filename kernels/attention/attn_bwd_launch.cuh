@@ -49,7 +49,7 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     g.dv = output_map<typename K::kv_gl>(p.dv, p.batch, p.kv_heads, p.kv_len, p.head_dim);
     // Fields that no TMA map encodes are set per call.
     g.scale = p.scale;
-    g.scale_log2 = p.scale * 1.4426950408889634f;
+    g.scale_log2 = p.scale * kittens::LOG2E;
     typename K::dq_conversion cv{};
     if (K::CONVERT_IN_KERNEL && bwd_converts_in_kernel(p)) {
         cv.sync = bwd_sync_of(p);

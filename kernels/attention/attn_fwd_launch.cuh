@@ -60,7 +60,7 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
     g.o = output_map<typename K::q_gl>(p.o, p.batch, p.q_heads, p.q_len, p.head_dim);
     // Fields that no map encodes (the LSE, the scale) are set per call.
     g.lse = p.lse;
-    g.scale_log2 = p.scale * 1.4426950408889634f;
+    g.scale_log2 = p.scale * kittens::LOG2E;
     g.task_counter = p.task_counter;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }

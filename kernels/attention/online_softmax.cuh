@@ -11,12 +11,6 @@
 namespace tk_attention {
 using namespace kittens;
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x)); // ex2(-inf) = +0, which is what masking relies on
-    return y;
-}
-
 // Running statistics of this lane's two rows (indexed by pair_pos::half). `max` is the row's reference
 // maximum in scaled base-2 units (at most LAZY_SLACK below the true maximum of every score seen so far);
 // `sum` is only this lane's share of the row sum against that reference (the four row lanes' shares are added

@@ -287,7 +287,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
 
         // The state update, as in the forward.
         const bool carry = seq_last == prev_seq;
-        const float decay = __expf(cum_last);
+        const float decay = chunk::decay_exp(cum_last);
         for_each_pair([&](pair_pos, float2 &v) {
             v.x = carry ? v.x * decay : 0.f;
             v.y = carry ? v.y * decay : 0.f;
@@ -410,7 +410,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         const int prev_seq =
             has_seq && ci > 0 ? __float_as_int(g.seq_ids[size_t(c.task.b) * g.padded_len + ci * CHUNK - 1]) : 0;
         const bool carry = seq_last == prev_seq;
-        const float decay = __expf(cum_last);
+        const float decay = chunk::decay_exp(cum_last);
         for_each_pair([&](pair_pos, float2 &v) {
             v.x = carry ? v.x * decay : 0.f;
             v.y = carry ? v.y * decay : 0.f;

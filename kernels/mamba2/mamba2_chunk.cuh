@@ -24,6 +24,9 @@ template <typename In, typename Out> constexpr int ring_stages() {
 
 __device__ inline int seq_at(const vec &seq, bool has_seq, int t) { return has_seq ? __float_as_int(seq.data[t]) : 0; }
 
+// exp(x) of a log-decay: one multiply and one SFU instruction (weights below about 1e-38 flush to 0).
+__device__ inline float decay_exp(float x) { return fast_exp2(x * LOG2E); }
+
 // The chunk rows (tokens) this lane holds in a 64-row accumulator of its warpgroup: lane_row(0, r) of its warp.
 struct lane_rows {
     int t[2];
@@ -53,11 +56,44 @@ __device__ inline row_weights weights_of_rows(const lane_rows &r, const vec &dt,
     row_weights w;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
-        w.from_prev[k] = r.seq[k] == prev_seq ? __expf(r.cum[k]) : 0.f;
-        w.to_end_dt[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) * dt.data[r.t[k]] : 0.f;
-        w.to_end[k] = r.seq[k] == seq_last ? __expf(cum_last - r.cum[k]) : 0.f;
+        const float to_end = decay_exp(cum_last - r.cum[k]);
+        w.from_prev[k] = r.seq[k] == prev_seq ? decay_exp(r.cum[k]) : 0.f;
+        w.to_end_dt[k] = r.seq[k] == seq_last ? to_end * dt.data[r.t[k]] : 0.f;
+        w.to_end[k] = r.seq[k] == seq_last ? to_end : 0.f;
     }
     return w;
+}
+
+// The pair weights of a (rows, columns) product of one chunk, v *= exp(c_row - c_col) f, kept where keep(row, col)
+// holds and both tokens are of one sequence, else 0 (FORWARD: c = cum, f = dt of the column, keep = col <= row; else
+// the transpose, c = -cum, f = f_row, keep = col >= row). Every element computes its weight and a selection drops the
+// masked ones: with no branch around the exponential the compiler interleaves the elements' dependent chains. A
+// masked weight may overflow; it is never multiplied into a kept value. HAS_SEQ is a template argument so that the
+// common case carries no id comparisons at all.
+template <bool FORWARD, bool HAS_SEQ, typename RT>
+__device__ inline void pair_decay(RT &s, const vec &cum, const vec &dt, const vec &seq, const lane_rows &r,
+                                  const float (&f)[2]) {
+    constexpr float sign = FORWARD ? 1.f : -1.f;
+    const float c_row[2] = {sign * r.cum[0] * LOG2E, sign * r.cum[1] * LOG2E};
+    for_each_pair([&](pair_pos p, float2 &v) {
+        const int i = warpgroup::warp_row0() + p.row, j = p.col;
+        const float2 cj = *reinterpret_cast<const float2 *>(&cum.data[j]);
+        bool ok0 = FORWARD ? j <= i : j >= i, ok1 = FORWARD ? j + 1 <= i : j + 1 >= i;
+        if constexpr (HAS_SEQ) {
+            ok0 = ok0 && seq_at(seq, true, j) == r.seq[p.half];
+            ok1 = ok1 && seq_at(seq, true, j + 1) == r.seq[p.half];
+        }
+        float f0 = f[p.half], f1 = f[p.half];
+        if constexpr (FORWARD) {
+            const float2 dj = *reinterpret_cast<const float2 *>(&dt.data[j]);
+            f0 = dj.x;
+            f1 = dj.y;
+        }
+        const float w0 = fast_exp2(fmaf(cj.x, -sign * LOG2E, c_row[p.half])) * f0;
+        const float w1 = fast_exp2(fmaf(cj.y, -sign * LOG2E, c_row[p.half])) * f1;
+        v.x = ok0 ? v.x * w0 : 0.f;
+        v.y = ok1 ? v.y * w1 : 0.f;
+    }, s);
 }
 
 // The forward's intra-chunk weights on a (rows i) x (columns j) product: v *= exp(cum_i - cum_j) dt_j where j <= i in
@@ -65,19 +101,9 @@ __device__ inline row_weights weights_of_rows(const lane_rows &r, const vec &dt,
 template <typename RT>
 __device__ inline void causal_decay(RT &s, const vec &cum, const vec &dt, const vec &seq, bool has_seq,
                                     const lane_rows &r) {
-    for_each_pair([&](pair_pos p, float2 &v) {
-        const int i = warpgroup::warp_row0() + p.row, j = p.col;
-        const float2 cj = *reinterpret_cast<const float2 *>(&cum.data[j]);
-        const float2 dj = *reinterpret_cast<const float2 *>(&dt.data[j]);
-        const float ci = r.cum[p.half];
-        bool ok0 = j <= i, ok1 = j + 1 <= i;
-        if (has_seq) {
-            ok0 = ok0 && seq_at(seq, true, j) == r.seq[p.half];
-            ok1 = ok1 && seq_at(seq, true, j + 1) == r.seq[p.half];
-        }
-        v.x = ok0 ? v.x * (__expf(ci - cj.x) * dj.x) : 0.f;
-        v.y = ok1 ? v.y * (__expf(ci - cj.y) * dj.y) : 0.f;
-    }, s);
+    constexpr float unused[2] = {0.f, 0.f};
+    if (has_seq) pair_decay<true, true>(s, cum, dt, seq, r, unused);
+    else pair_decay<true, false>(s, cum, dt, seq, r, unused);
 }
 
 // The transposed weights, for the backward's products indexed (row t, column s) with t the earlier token:
@@ -85,18 +111,8 @@ __device__ inline void causal_decay(RT &s, const vec &cum, const vec &dt, const 
 template <typename RT>
 __device__ inline void anticausal_decay(RT &s, const vec &cum, const vec &seq, bool has_seq, const lane_rows &r,
                                         const float (&f)[2]) {
-    for_each_pair([&](pair_pos p, float2 &v) {
-        const int t = warpgroup::warp_row0() + p.row, j = p.col;
-        const float2 cj = *reinterpret_cast<const float2 *>(&cum.data[j]);
-        const float ct = r.cum[p.half], ft = f[p.half];
-        bool ok0 = j >= t, ok1 = j + 1 >= t;
-        if (has_seq) {
-            ok0 = ok0 && seq_at(seq, true, j) == r.seq[p.half];
-            ok1 = ok1 && seq_at(seq, true, j + 1) == r.seq[p.half];
-        }
-        v.x = ok0 ? v.x * (__expf(cj.x - ct) * ft) : 0.f;
-        v.y = ok1 ? v.y * (__expf(cj.y - ct) * ft) : 0.f;
-    }, s);
+    if (has_seq) pair_decay<false, true>(s, cum, cum, seq, r, f);
+    else pair_decay<false, false>(s, cum, cum, seq, r, f);
 }
 
 // Row k of this lane times f[k]; a zero factor drops the row.

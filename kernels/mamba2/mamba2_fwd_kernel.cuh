@@ -189,7 +189,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
         // d. The state: H^T = exp(cum_last) H^T + B^T Xw, the carried part dropped when the chunk's last token starts
         // another sequence than the token before the chunk.
         const bool carry = seq_last == prev_seq;
-        const float decay = __expf(cum_last);
+        const float decay = chunk::decay_exp(cum_last);
         for_each_pair([&](pair_pos, float2 &v) {
             v.x = carry ? v.x * decay : 0.f;
             v.y = carry ? v.y * decay : 0.f;
@@ -202,23 +202,30 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_fwd {
         warpgroup::mma_async_wait<1>(y);
         if (g.D) {
             const int head = head_of(c.task, me);
-            const float *d = g.D + (g.D_per_channel ? size_t(head) * P + column_block(me) * COLS : size_t(head));
-            const int per_channel = g.D_per_channel;
-            for_each_pair([&](pair_pos p, float2 &v, const T2 &xv) {
-                const float2 xf = base_types::convertor<float2, T2>::convert(xv);
-                const float d0 = per_channel ? __ldg(d + p.col) : __ldg(d);
-                const float d1 = per_channel ? __ldg(d + p.col + 1) : d0;
-                v.x = fmaf(d0, xf.x, v.x);
-                v.y = fmaf(d1, xf.y, v.y);
-            }, y, x);
+            if (g.D_per_channel) {
+                const float *d = g.D + size_t(head) * P + column_block(me) * COLS;
+                for_each_pair([&](pair_pos p, float2 &v, const T2 &xv) {
+                    const float2 xf = base_types::convertor<float2, T2>::convert(xv);
+                    v.x = fmaf(__ldg(d + p.col), xf.x, v.x);
+                    v.y = fmaf(__ldg(d + p.col + 1), xf.y, v.y);
+                }, y, x);
+            } else {
+                const float d = __ldg(g.D + head);
+                for_each_pair([&](pair_pos, float2 &v, const T2 &xv) {
+                    const float2 xf = base_types::convertor<float2, T2>::convert(xv);
+                    v.x = fmaf(d, xf.x, v.x);
+                    v.y = fmaf(d, xf.y, v.y);
+                }, y, x);
+            }
         }
         if (g.has_z) {
             rt<T, TILE_DIM, COLS> z;
             warpgroup::load(z, in.z[me]);
+            // z sigmoid(z) = z / (1 + exp(-z)); the approximate division returns 0 where exp(-z) overflows.
             for_each_pair([&](pair_pos, float2 &v, const T2 &zv) {
                 const float2 zf = base_types::convertor<float2, T2>::convert(zv);
-                v.x *= zf.x / (1.f + __expf(-zf.x));
-                v.y *= zf.y / (1.f + __expf(-zf.y));
+                v.x *= __fdividef(zf.x, 1.f + chunk::decay_exp(-zf.x));
+                v.y *= __fdividef(zf.y, 1.f + chunk::decay_exp(-zf.y));
             }, y, z);
         }
         rt<T, TILE_DIM, COLS> o;

@@ -26,6 +26,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 2^x in one SFU instruction (ex2.approx.ftz: about 2 ulp, subnormal results flushed to 0). ex2(-inf) = +0, so a
+// masked exponent of -inf gives a zero weight. exp(x) is fast_exp2(x * LOG2E).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+constexpr float LOG2E = 1.4426950408889634f;
+
 // Compile-time shorthand used in static_assert messages and sizes.
 template <int N> constexpr bool is_tile_multiple = (N > 0) && (N % TILE_DIM == 0);
 

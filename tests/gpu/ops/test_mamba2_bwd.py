@@ -36,8 +36,10 @@ SUM_TOL = {dtype: tol / 4 for dtype, tol in TOL.items()}
 # each element is written once, with no cross-task sum. dt, A, B, C, D, dt_bias and the initial states' gradients
 # may be summed across heads, batch rows or column blocks with fp32 atomics, whose order varies from run to run,
 # so those are held to a relative 1e-5 instead (dA and ddt_bias on the scale of their terms, as above). Gradients
-# returned in 16 bits (dB, dC) are cast from such fp32 sums: where the two sums straddle a 16-bit rounding boundary the
-# results differ by one unit in the last place, so each of their elements is held to one rounding of its dtype.
+# returned in 16 bits (dB, dC) are cast from such fp32 sums: where two sums straddle a 16-bit rounding boundary the
+# results differ by one unit in the last place (eps / 2 .. eps relative), so their norms are held to eps / 32, room
+# for such flips in one element in 256 (measured: 1.4e-5 for bf16 dB); a lost or doubled block of a sum
+# is far above it.
 REPEAT_TOL = 1e-5
 BITWISE = ("x", "z")
 # Same kernels, same inputs, but inductor may fuse the elementwise work around them (the loss's gradient, any part
@@ -235,14 +237,10 @@ def assert_reproduced(a, b, ref, what):
     for name in a:
         if name in BITWISE:
             assert torch.equal(a[name], b[name]), f"{what} d{name}: not bitwise identical"
-        elif a[name].element_size() == 2:
-            info = torch.finfo(a[name].dtype)
-            one_rounding = info.eps * torch.maximum(a[name].abs(), b[name].abs()).float() + info.tiny
-            gap = (a[name].float() - b[name].float()).abs()
-            assert (gap <= one_rounding).all(), f"{what} d{name}: differs by more than one rounding of its dtype"
         else:
+            tol = torch.finfo(a[name].dtype).eps / 32 if a[name].element_size() == 2 else REPEAT_TOL
             e = grad_err(name, a[name], b[name], ref)
-            assert e <= REPEAT_TOL, f"{what} d{name}: differs by {e:.2e} relative"
+            assert e <= tol, f"{what} d{name}: differs by {e:.2e} relative (allowed {tol:.1e})"
 
 
 # -- every gradient over the shapes -------------------------------------------------------------------------------
