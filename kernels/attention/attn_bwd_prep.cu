@@ -56,7 +56,7 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
     float l = INFINITY;
     if (real) {
         const float x = lse[head * q_len + i];
-        l = x == -INFINITY ? INFINITY : x * kittens::LOG2E;
+        l = x == -INFINITY ? INFINITY : x * 1.4426950408889634f;
     }
     lse2[row] = l;
     delta[row] = real ? sum : 0.f;

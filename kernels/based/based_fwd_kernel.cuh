@@ -85,6 +85,7 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
         ones_tile ones[NUM_CONSUMERS];       // B operand of the feature sums
         v_tile staging[NUM_CONSUMERS];       // O on its way to the TMA store
         float k_sum[STATE_ROWS];             // fp32 running feature sums
+        float row_weight[STATE_ROWS];        // feature_weight of each state row, written at setup
     };
     struct consumer_state {
         rt_fl<TILE_DIM, DVT> kv[STATE_BLOCKS]; // warp w of block m: state rows row0(c, m) + 16w .. +15, x DVT
@@ -165,7 +166,7 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
         if (row0 >= FEATURES) return;
         float weight[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) weight[r] = feature_weight(feature_at(row0 + lane_row(0, r)), c.g.scale);
+        for (int r = 0; r < 2; r++) weight[r] = c.output.row_weight[row0 + lane_row(0, r)];
         rt<T, TILE_DIM, DVT> image;
         for_each_pair([&](pair_pos p, const float2 &s, T2 &d) { d = to_pair(weight[p.half] * s.x, weight[p.half] * s.y); },
                       c.state.kv[m], image);
@@ -193,7 +194,9 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
         // This consumer's feature sums, one thread per state row.
         for (int i = warpgroup::laneid(); i < blocks_of(me) * HALF; i += WARPGROUP_THREADS) {
             const int row = block_row0(me, i / HALF) + i % HALF;
-            c.output.k_sum[row] = g.k_sum0 ? from_state(feature_at(row), g.k_sum0 + head * STATE_FEATURES) : 0.f;
+            const feature_def d = feature_at(row);
+            c.output.k_sum[row] = g.k_sum0 ? from_state(d, g.k_sum0 + head * STATE_FEATURES) : 0.f;
+            c.output.row_weight[row] = feature_weight(d, g.scale);
         }
         // The ones of the feature sums, and the padding rows of consumer 0's last key features (never rebuilt).
         rt<T, TILE_DIM, TILE_DIM> one, zero;
@@ -207,7 +210,7 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
 #pragma unroll
             for (int j = 0; j < CHUNK / TILE_DIM; j++) store(c.output.k_features[2], zero, warp_row0, j * TILE_DIM);
         }
-        warpgroup::sync(); // k_sum rows written by other warps of this consumer
+        warpgroup::sync(); // k_sum and row_weight rows written by other warps of this consumer
         // The state before the first chunk is image buffer 1 (chunk -1's parity).
         if (g.kv0) {
 #pragma unroll

@@ -3,6 +3,9 @@
 //   fftconv_fwd(u, k, pregate, postgate, k_f) -> y          y = postgate * causal_conv(u * pregate, k)
 //   fftconv_spectrum(k, n) -> k_f                            rfft(k, L) for sequences of length n (fftconv.h)
 //
+// The backward op, fftconv_bwd, is in bwd_binding.cpp and its autograd formula in autograd.cpp; binding.h names what
+// they use of this file.
+//
 // fftconv_fwd takes the filter k or its spectrum k_f (exactly one). The rules are functions below, shared by the
 // ops' three kernels: the CUDA kernel checks them before anything reaches a kernel, the Meta kernel (torch.compile's
 // fake tensors) checks them and shapes the outputs the same way, and the CPU kernel checks them and then asks for
@@ -17,17 +20,16 @@
 #include <optional>
 #include <string>
 
+#include "binding.h"
 #include "common/checks.h"
 #include "fftconv.h"
 
-namespace {
+// One named namespace, so that the functions binding.h declares are defined where they are; the rest is this file's.
+namespace tk_fftconv_binding {
 
 using namespace tk_kernels;
 
-constexpr const char *FFTCONV = "tk_ops.fftconv";
 constexpr const char *SPECTRUM = "tk_ops.fftconv_spectrum";
-
-using opt_tensor = std::optional<at::Tensor>;
 
 // "256, 512, ..., 8192": the FFT sizes built, for messages.
 std::string built_sizes() {
@@ -150,7 +152,7 @@ void compute_spectrum(const at::Tensor &k_in, int fft, at::Tensor &k_f) {
     check_launch(tk_fftconv::spectrum(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv spectrum kernel");
 }
 
-at::Tensor fftconv_spectrum_cuda(const at::Tensor &k, int64_t n) {
+at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
     const int fft = spectrum_rules(k, n);
     check_devices(SPECTRUM, {{"k", k}});
     const c10::cuda::CUDAGuard guard(k.device());
@@ -159,8 +161,8 @@ at::Tensor fftconv_spectrum_cuda(const at::Tensor &k, int64_t n) {
     return k_f;
 }
 
-at::Tensor fftconv_fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
-                            const opt_tensor &postgate_opt, const opt_tensor &k_f_opt) {
+at::Tensor fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
+                    const opt_tensor &postgate_opt, const opt_tensor &k_f_opt) {
     const at::Tensor k = k_opt.value_or(at::Tensor()), k_f_in = k_f_opt.value_or(at::Tensor());
     const at::Tensor pregate_in = pregate_opt.value_or(at::Tensor()), postgate_in = postgate_opt.value_or(at::Tensor());
     const int fft = fwd_rules(u_in, k, pregate_in, postgate_in, k_f_in);
@@ -222,7 +224,9 @@ at::Tensor fftconv_spectrum_cpu(const at::Tensor &k, int64_t n) {
 // The longest sequence the kernels take, for modules that check their configuration when built.
 int64_t fftconv_max_len() { return tk_fftconv::MAX_LEN; }
 
-} // namespace
+} // namespace tk_fftconv_binding
+
+using namespace tk_fftconv_binding;
 
 TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
     m.def("fftconv_fwd(Tensor u, Tensor? k, Tensor? pregate=None, Tensor? postgate=None, Tensor? k_f=None) -> Tensor");
@@ -231,8 +235,8 @@ TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
-    m.impl("fftconv_fwd", &fftconv_fwd_cuda);
-    m.impl("fftconv_spectrum", &fftconv_spectrum_cuda);
+    m.impl("fftconv_fwd", &fwd_cuda);
+    m.impl("fftconv_spectrum", &spectrum_cuda);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {

@@ -1,4 +1,4 @@
-"""FFT convolution (the long causal convolution of Hyena / H3-style models) on Hopper tensor cores: the forward.
+"""FFT convolution (the long causal convolution of Hyena / H3-style models) on Hopper tensor cores.
 
 ``fftconv(u, k, pregate=None, postgate=None, k_f=None)``: u (B, H, N) bfloat16 or float16; k (H, Nk) float32
 (bfloat16 and float16 accepted) with 1 <= Nk <= N, one filter per channel; the gates (B, H, N) in u's dtype, either
@@ -17,26 +17,31 @@ power of two from 128) it equals ``tk_ops.reference.fftconv_spectrum(k, N)``. Pa
 skips the spectrum computation, for inference with a fixed filter.
 
 The ops are ``torch.ops.tk_ops.fftconv_fwd(u, k, pregate, postgate, k_f)`` and
-``torch.ops.tk_ops.fftconv_spectrum(k, n)`` (kernels/fftconv/binding.cpp, which holds every argument rule).
+``torch.ops.tk_ops.fftconv_spectrum(k, n)`` (kernels/fftconv/binding.cpp, which holds every argument rule), and the
+backward ``torch.ops.tk_ops.fftconv_bwd(u, k, pregate, postgate, k_f, dy, output_mask) -> (du, dk, dpregate,
+dpostgate)`` (kernels/fftconv/bwd_binding.cpp).
 
-Only the forward exists so far: calling this with an input that requires a gradient (with grad mode on) raises
-``BackwardNotBuiltError``; wrap inference in ``torch.no_grad()`` or detach the inputs.
+Gradients flow to u, k (in k's dtype) and the gates through ``torch.ops.tk_ops.fftconv_bwd`` (registered as the
+op's autograd formula in C++, kernels/fftconv/autograd.cpp; torch.compile and CUDA graphs take it like any op): those
+of u and the gates run the forward kernel again (on the time-reversed output gradient for u and pregate), the
+filter's is computed with torch's fp32 FFTs. The cached spectrum is for inference and gets no gradient: a ``k_f``
+that requires one is refused, as is ``fftconv_spectrum`` of a filter that requires one (pass k itself to train it);
+with a ``k_f`` that needs none, u and the gates still get their gradients.
 """
 from __future__ import annotations
 
 import torch
 
 from . import _ext
-from .errors import InputError, refuse_gradients
+from .errors import InputError
 
 __all__ = ["fftconv", "fftconv_spectrum"]
 
 
 def fftconv(u: torch.Tensor, k: torch.Tensor | None, pregate: torch.Tensor | None = None,
             postgate: torch.Tensor | None = None, k_f: torch.Tensor | None = None) -> torch.Tensor:
-    """y = postgate * causal_conv(u * pregate, k), forward only (module docstring). Pass k, or k = None and its
-    spectrum ``k_f = fftconv_spectrum(k, N)``."""
-    refuse_gradients("tk_ops.fftconv", (u, k, pregate, postgate, k_f))
+    """y = postgate * causal_conv(u * pregate, k), differentiable in u, k and the gates (module docstring). Pass k,
+    or k = None and its spectrum ``k_f = fftconv_spectrum(k, N)``."""
     args = (u, k, pregate, postgate, k_f)
     try:
         return _ext.ops("fftconv").fftconv_fwd(*args)
@@ -51,7 +56,6 @@ def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
     rfft(k, L), complex64 (H, L / 2 + 1), L the FFT size of length N (module docstring)."""
     if isinstance(N, bool) or not isinstance(N, int):
         raise InputError(f"tk_ops.fftconv_spectrum: N must be an int, got {type(N).__name__}")
-    refuse_gradients("tk_ops.fftconv_spectrum", (k,))
     args = (k, N)
     try:
         return _ext.ops("fftconv").fftconv_spectrum(*args)
