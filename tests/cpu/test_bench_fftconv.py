@@ -1,7 +1,7 @@
 """The FFT convolution benchmark's cases, without a GPU: sizes and the FLOP convention, the torch.fft formulation
 held to the float64 reference (values and gradients), FlashFFTConv as a peer only when it imports and with the
-causal FFT size, the arguments every side gets, --backward's training-step cases, and the sizes tk_ops refuses
-recorded as its result while the peers are still timed."""
+causal FFT size, the arguments every side gets, --backward's training-step cases (tk_ops's on CPU stand-ins for its
+forward kernels), and the sizes tk_ops refuses recorded as its result while the peers are still timed."""
 import math
 
 import pytest
@@ -149,11 +149,22 @@ def test_training_step_gives_the_reference_gradients(gated):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
-def test_not_built_backward_is_reported_not_fatal():
-    from tk_ops.errors import BackwardNotBuiltError
-    inputs = fftconv.make_inputs(64, 2, heads=3, gated=True, backward=True, device="cpu")
-    with pytest.raises(BackwardNotBuiltError, match="backward is not built yet"):
-        fftconv._training_step(fftconv._ours)(*inputs)
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_tk_ops_training_step_gives_the_reference_gradients(gated):
+    """tk_ops's timed function runs its backward (on CPU stand-ins for the forward kernels, as in
+    test_fftconv_bwd_api.py) and returns the gradients of u, k and the gates in the order torch.fft's come."""
+    skip_unless_built("the FFT convolution ops", "fftconv")
+    from .test_fftconv_bwd_api import cpu_forward_kernels
+    inputs = fftconv.make_inputs(64, 2, heads=3, gated=gated, backward=True, device="cpu")
+    leaves = [t.detach().double().requires_grad_() for t in inputs[:-1] if t is not None]
+    args64 = iter(leaves)
+    expect = torch.autograd.grad(ref.fftconv(*(None if t is None else next(args64) for t in inputs[:4]),
+                                             form="direct"), leaves, inputs[-1].double())
+    with cpu_forward_kernels():
+        grads = fftconv._training_step(fftconv._ours)(*inputs)
+    assert len(grads) == len(expect)
+    for got, want in zip(grads, expect):
+        assert core.rel_error(got, want) < 1e-2
 
 
 def fixed_timer(fn, arg_sets, reps, warmup):
@@ -172,10 +183,7 @@ def test_refused_size_is_tk_ops_result_and_peers_still_run(backward, monkeypatch
     ours, peer = row.results["tk_ops"], row.results["torch.fft"]
     assert ours.ms is None and peer.ms == 2.0
     assert peer.tflops == pytest.approx(case.flops / 2e-3 / 1e12)
-    if backward:
-        assert ours.error.startswith("BackwardNotBuiltError")
-    else:
-        assert ours.error.startswith("InputError") and "= 8192 is longer than the longest sequence built" in ours.error
+    assert ours.error.startswith("InputError") and "= 8192 is longer than the longest sequence built" in ours.error
     assert row.rel_err is None and row.ratio() is None
     table = core.format_table([row])
     assert "errors:" in table and f"tk_ops: {ours.error}" in table

@@ -1,12 +1,11 @@
 """FFT convolution API checks that need no GPU: the ops' argument rules (kernels/fftconv/binding.cpp, run by their CPU
 and Meta kernels as by the CUDA ones), the Meta kernels' output shapes, and the Python wrapper's own checks (argument
-types, the refusal of gradients while no backward exists)."""
+types). The backward's are in test_fftconv_bwd_api.py."""
 import pytest
 import torch
 
 import tk_ops
-from tk_ops.errors import DeviceMismatchError, DTypeError, InputError, TkOpsError
-from tk_ops.errors import BackwardNotBuiltError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 
 from ..util import empty as t, skip_unless_built
 
@@ -97,23 +96,16 @@ def test_python_types_need_no_extension():
         tk_ops.fftconv_spectrum(t(4, 10, dtype=torch.float32), True)
 
 
-def test_gradients_are_refused_until_the_backward_exists():
+@pytest.mark.parametrize("no_grad", [False, True], ids=["grad", "no_grad"])
+def test_inputs_that_require_grad_meet_the_same_rules(no_grad, built):
+    """With or without autograd in the way (the backward's own tests are in test_fftconv_bwd_api.py), the forward's
+    rules and the device rule answer first."""
     u, k = conv_args()
-    with pytest.raises(BackwardNotBuiltError, match="backward is not built yet"):
-        tk_ops.fftconv(u.requires_grad_(), k)
-    with pytest.raises(NotImplementedError):
-        tk_ops.fftconv(u.detach(), k.requires_grad_())
-    with pytest.raises(BackwardNotBuiltError):
-        tk_ops.fftconv(u.detach(), None, k_f=t(4, 129, dtype=torch.complex64).requires_grad_())
-    with pytest.raises(BackwardNotBuiltError):
-        tk_ops.fftconv_spectrum(k, 100)
-    assert issubclass(BackwardNotBuiltError, TkOpsError)
-
-
-def test_no_grad_lets_inputs_that_require_grad_through(built):
-    u, k = conv_args()
-    with torch.no_grad(), pytest.raises(DeviceMismatchError):
-        tk_ops.fftconv(u.requires_grad_(), k)
+    with torch.set_grad_enabled(not no_grad):
+        with pytest.raises(DeviceMismatchError):
+            tk_ops.fftconv(u.requires_grad_(), k.requires_grad_())
+        with pytest.raises(InputError, match="k's length Nk = 101 must be between 1"):
+            tk_ops.fftconv(u, t(4, 101, dtype=torch.float32).requires_grad_())
 
 
 # ---------------------------------------------------------------- Meta kernels

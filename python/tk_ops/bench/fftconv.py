@@ -16,8 +16,9 @@ as tk_ops's result for that size (the peers are still timed) and which makes the
 ours did not run does.
 
 --backward times a training step: the forward and the gradients of u, k and the gates (autograd.grad with the same
-output gradient on every side), counted as 3x the forward's FLOPs as in the other families. tk_ops reports its
-BackwardNotBuiltError there until the backward exists.
+output gradient on every side), counted as 3x the forward's FLOPs as in the other families. tk_ops's backward runs
+the forward kernel once more for u and pregate and once for postgate, and torch's fp32 FFTs for k (docs/fftconv.md,
+"Backward"); the table's rel.err is then over all the gradients together, against torch.fft's.
 """
 from __future__ import annotations
 

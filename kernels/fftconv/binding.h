@@ -1,0 +1,27 @@
+// What the forward's binding (binding.cpp) shares with the backward's (bwd_binding.cpp): the forward op's argument
+// rules and its CUDA kernels. The backward is built from forward convolutions (docs/fftconv.md, "Backward"), so it
+// calls them directly rather than through the dispatcher.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace tk_fftconv_binding {
+
+inline constexpr const char *FFTCONV = "tk_ops.fftconv";
+
+using opt_tensor = std::optional<at::Tensor>;
+
+// fftconv_fwd's rules (undefined tensors stand for absent arguments); returns the FFT size.
+int fwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
+              const at::Tensor &k_f);
+
+// The CUDA kernels of fftconv_fwd (y = postgate * causal_conv(u * pregate, k), from k or its spectrum k_f) and of
+// fftconv_spectrum (rfft(k, L) for sequences of length n); both check their arguments first.
+at::Tensor fwd_cuda(const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate, const opt_tensor &postgate,
+                    const opt_tensor &k_f);
+at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n);
+
+} // namespace tk_fftconv_binding

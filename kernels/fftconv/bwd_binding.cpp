@@ -1,0 +1,205 @@
+// The FFT convolution's backward op as torch sees it (its CUDA, Meta and CPU kernels):
+//
+//   fftconv_bwd(u, k, pregate, postgate, k_f, dy, output_mask) -> (du, dk, dpregate, dpostgate)
+//
+// the gradients of y = postgate * causal_conv(u * pregate, k) (binding.cpp) from the output's gradient dy, each
+// computed only where output_mask (u, k, pregate, postgate) asks for it; the others, like those of absent inputs,
+// are empty (0,) tensors (a schema's outputs are tensors). With g = dy * postgate and v = u * pregate
+// (docs/fftconv.md, "Gradients" and "Backward"):
+//
+//   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernel on the time-reversed g, reversed back
+//   du     = dv * pregate,  dpregate = dv * u
+//   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
+//   dk[m]  = sum_b sum_n g[n] v[n - m]   ATen's fp32 FFTs (not on our kernels yet)
+//
+// The rules are the forward's (binding.h) and those of dy and the mask below; the CUDA, Meta and CPU kernels share
+// them as the forward's do. The CUDA and CPU kernels share the composition too (the CPU one for its tests, below).
+// autograd.cpp calls this op as the forward's autograd formula.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cstdint>
+#include <tuple>
+
+#include "binding.h"
+#include "common/checks.h"
+#include "fftconv.h"
+
+namespace {
+
+using namespace tk_kernels;
+using namespace tk_fftconv_binding;
+
+using grads_tuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using output_mask = std::array<bool, 4>;
+
+// The differentiable inputs in the order of output_mask and of the results.
+constexpr int U = 0, K = 1, PRE = 2, POST = 3;
+
+// ---------------------------------------------------------------- the rules
+
+// fftconv_bwd's rules: the forward's, then those of dy and the mask; returns the FFT size.
+int bwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
+              const at::Tensor &k_f, const at::Tensor &dy, const output_mask &mask) {
+    const int fft = fwd_rules(u, k, pregate, postgate, k_f);
+    check_input(dy.sym_sizes() == u.sym_sizes() && dy.scalar_type() == u.scalar_type(), FFTCONV,
+                ": the output's gradient must have u's shape ", u.sym_sizes(), " and dtype ", u.scalar_type(),
+                ", got ", dy.sym_sizes(), " ", dy.scalar_type());
+    check_input(!mask[K] || k.defined(), FFTCONV,
+                ": k_f, the filter's precomputed spectrum, gets no gradient; pass the filter k to train it");
+    check_input(!mask[PRE] || pregate.defined(), FFTCONV, ": pregate's gradient was asked for without a pregate");
+    check_input(!mask[POST] || postgate.defined(), FFTCONV, ": postgate's gradient was asked for without a postgate");
+    return fft;
+}
+
+// ---------------------------------------------------------------- outputs
+
+at::Tensor none_like(const at::Tensor &u) { return at::empty_symint({c10::SymInt(0)}, u.options().dtype(at::kFloat)); }
+
+// Dense row-major gradients shaped like their inputs where asked for, (0,) elsewhere: the same on every device, so
+// that torch.compile's fake tensors have the strides the CUDA kernel returns.
+struct gradients {
+    at::Tensor du, dk, dpregate, dpostgate;
+
+    gradients(const at::Tensor &u, const at::Tensor &k, const output_mask &mask) {
+        const auto like = [&](bool wanted, const at::Tensor &t) {
+            return wanted ? at::empty_symint(t.sym_sizes(), t.options().memory_format(at::MemoryFormat::Contiguous))
+                          : none_like(u);
+        };
+        du = like(mask[U], u);
+        dk = like(mask[K], k);
+        dpregate = like(mask[PRE], u);
+        dpostgate = like(mask[POST], u);
+    }
+    grads_tuple tuple() const { return {du, dk, dpregate, dpostgate}; }
+};
+
+// ---------------------------------------------------------------- the composition
+
+at::Tensor reversed(const at::Tensor &t) { return t.defined() ? t.flip(-1) : t; }
+opt_tensor present(const at::Tensor &t) { return t.defined() ? opt_tensor(t) : std::nullopt; }
+
+// dk[h, m] = sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps, as the correlation irfft(G conj(V)) summed over the
+// batch. Any FFT size of at least N + taps - 1 keeps the circular correlation free of wrapped terms at those lags; the
+// kernels' size (a power of two, at least 2N) suits cuFFT. g and v are exact in fp32 (a product of two 16-bit
+// numbers has at most 22 significant bits), so the only roundings are the FFTs' own.
+at::Tensor filter_gradient(const at::Tensor &u, const at::Tensor &pregate, const at::Tensor &postgate,
+                           const at::Tensor &dy, int64_t taps, int fft) {
+    at::Tensor g = dy.to(at::kFloat), v = u.to(at::kFloat);
+    if (postgate.defined()) g.mul_(postgate);
+    if (pregate.defined()) v.mul_(pregate);
+    // conj_physical, not the lazy conj() view: multiplied in place into another tensor, the view's conjugation was
+    // lost when the op ran from a Python dispatch mode's handler, as on torch.compile's AOT path (a CPU test holds the
+    // op under such a mode to its eager result).
+    at::Tensor products = at::conj_physical(at::fft_rfft(v, fft));
+    v.reset();
+    products.mul_(at::fft_rfft(g, fft));
+    return at::fft_irfft(products.sum(0), fft).narrow(-1, 0, taps);
+}
+
+// How the composition reaches the forward convolution (fftconv_fwd's arguments) and the filter's spectrum.
+struct forward_ops {
+    at::Tensor (*conv)(const at::Tensor &, const opt_tensor &, const opt_tensor &, const opt_tensor &,
+                       const opt_tensor &);
+    at::Tensor (*spectrum)(const at::Tensor &, int64_t);
+};
+
+// The gradients from forward convolutions and dk's FFTs (the top of the file); the arguments passed the rules.
+grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
+                    const at::Tensor &k_f, const at::Tensor &dy, const output_mask &mask, int fft,
+                    const forward_ops &ops) {
+    gradients out(u, k, mask);
+    if (u.numel() == 0) { // an empty batch: no terms in dk's sum
+        if (mask[K]) out.dk.zero_();
+        return out.tuple();
+    }
+    const bool convolve = mask[U] || mask[PRE] || mask[POST];
+    // The filter's spectrum once for both forward convolutions below.
+    const at::Tensor spectrum = k.defined() && convolve ? ops.spectrum(k, u.size(2)) : k_f;
+    if (mask[U] || mask[PRE]) {
+        // The forward forms its gated input flip(dy) * flip(postgate) = flip(g) itself.
+        const at::Tensor dv =
+            ops.conv(reversed(dy), std::nullopt, present(reversed(postgate)), std::nullopt, spectrum).flip(-1);
+        if (mask[U]) {
+            if (pregate.defined()) at::mul_out(out.du, dv, pregate);
+            else out.du = dv;
+        }
+        if (mask[PRE]) at::mul_out(out.dpregate, dv, u);
+    }
+    if (mask[POST]) out.dpostgate = ops.conv(u, std::nullopt, present(pregate), dy, spectrum);
+    if (mask[K]) out.dk.copy_(filter_gradient(u, pregate, postgate, dy, k.size(1), fft));
+    return out.tuple();
+}
+
+// ---------------------------------------------------------------- CUDA: binding.cpp's kernels called directly
+
+grads_tuple bwd_cuda(const at::Tensor &u, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
+                     const opt_tensor &postgate_opt, const opt_tensor &k_f_opt, const at::Tensor &dy,
+                     output_mask mask) {
+    const at::Tensor k = k_opt.value_or(at::Tensor()), k_f = k_f_opt.value_or(at::Tensor());
+    const at::Tensor pregate = pregate_opt.value_or(at::Tensor()), postgate = postgate_opt.value_or(at::Tensor());
+    const int fft = bwd_rules(u, k, pregate, postgate, k_f, dy, mask);
+    check_devices(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
+                            {"the output's gradient", dy}});
+    const c10::cuda::CUDAGuard guard(u.device());
+    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&fwd_cuda, &spectrum_cuda});
+}
+
+// ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
+
+grads_tuple bwd_meta(const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate, const opt_tensor &postgate,
+                     const opt_tensor &k_f, const at::Tensor &dy, output_mask mask) {
+    const at::Tensor k_t = k.value_or(at::Tensor());
+    bwd_rules(u, k_t, pregate.value_or(at::Tensor()), postgate.value_or(at::Tensor()), k_f.value_or(at::Tensor()), dy,
+              mask);
+    return gradients(u, k_t, mask).tuple();
+}
+
+// ---------------------------------------------------------------- CPU: the composition through the dispatcher
+
+// The forward and spectrum ops' CPU kernels refuse CPU tensors (the device rule), so on the CPU this op fails at its
+// first call of either, as every op fails there; with CPU stand-ins registered for those two ops
+// (tests/cpu/test_fftconv_bwd_api.py) it runs the CUDA kernel's composition, which is how the composition is tested
+// without a GPU.
+at::Tensor dispatched_conv(const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate,
+                           const opt_tensor &postgate, const opt_tensor &k_f) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("tk_ops::fftconv_fwd", "")
+                               .typed<at::Tensor(const at::Tensor &, const opt_tensor &, const opt_tensor &,
+                                                 const opt_tensor &, const opt_tensor &)>();
+    return op.call(u, k, pregate, postgate, k_f);
+}
+
+at::Tensor dispatched_spectrum(const at::Tensor &k, int64_t n) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("tk_ops::fftconv_spectrum", "")
+                               .typed<at::Tensor(const at::Tensor &, int64_t)>();
+    return op.call(k, n);
+}
+
+grads_tuple bwd_cpu(const at::Tensor &u, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
+                    const opt_tensor &postgate_opt, const opt_tensor &k_f_opt, const at::Tensor &dy,
+                    output_mask mask) {
+    const at::Tensor k = k_opt.value_or(at::Tensor()), k_f = k_f_opt.value_or(at::Tensor());
+    const at::Tensor pregate = pregate_opt.value_or(at::Tensor()), postgate = postgate_opt.value_or(at::Tensor());
+    const int fft = bwd_rules(u, k, pregate, postgate, k_f, dy, mask);
+    // Without a convolution to run, nothing else would apply the device rule.
+    if (!(mask[U] || mask[PRE] || mask[POST]) || u.numel() == 0)
+        reject_cpu(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
+                             {"the output's gradient", dy}});
+    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&dispatched_conv, &dispatched_spectrum});
+}
+
+} // namespace
+
+TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
+    m.def("fftconv_bwd(Tensor u, Tensor? k, Tensor? pregate, Tensor? postgate, Tensor? k_f, Tensor dy, "
+          "bool[4] output_mask) -> (Tensor du, Tensor dk, Tensor dpregate, Tensor dpostgate)");
+}
+
+TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) { m.impl("fftconv_bwd", &bwd_cuda); }
+TORCH_LIBRARY_IMPL(tk_ops, Meta, m) { m.impl("fftconv_bwd", &bwd_meta); }
+TORCH_LIBRARY_IMPL(tk_ops, CPU, m) { m.impl("fftconv_bwd", &bwd_cpu); }
