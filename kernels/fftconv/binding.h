@@ -1,6 +1,6 @@
 // What the forward's binding (binding.cpp) shares with the backward's (bwd_binding.cpp): the forward op's argument
-// rules and its CUDA kernels. The backward is built from forward convolutions (docs/fftconv.md, "Backward"), so it
-// calls them directly rather than through the dispatcher.
+// rules and its CUDA kernels. The backward is built from forward convolutions (docs/fftconv.md, "Backward"), which its
+// CUDA kernel calls directly rather than through the dispatcher.
 #pragma once
 
 #include <ATen/core/Tensor.h>
