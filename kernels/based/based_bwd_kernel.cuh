@@ -101,7 +101,7 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_base : feature_tiles<
 
     static constexpr int CONSUMERS_BARRIER = 4; // ids 1 .. 3 are the warpgroups' own
     __device__ static inline void consumers_sync() {
-        asm volatile("bar.sync %0, %1;\n" ::"n"(CONSUMERS_BARRIER), "n"(NUM_CONSUMERS * WARPGROUP_THREADS) : "memory");
+        named_barrier_sync<NUM_CONSUMERS * WARPGROUP_THREADS>(CONSUMERS_BARRIER);
     }
 
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
@@ -608,15 +608,16 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
         warpgroup::sync();
         rt_fl<TILE_DIM, DK> dk;
         rt_fl<TILE_DIM, VT> dv;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (h < me) continue;
+        // The diagonal half (both consumers), then consumer 0's second half. One call site for the diagonal step, so
+        // that the barrier inside it is one instruction that both consumers execute (bar.sync wants every participant
+        // at the same one).
+        const auto half_step = [&]<bool DIAGONAL>(int h) {
             rt<T, TILE_DIM, HALF> ds, w;
             {
                 rt_fl<TILE_DIM, HALF> s, dp;
                 warpgroup::mm_ABt(s, c.input.k[me], c.input.q[h]);
                 warpgroup::mm_ABt(dp, c.input.v[me], c.input.dout[h]);
-                if (h == me) {
+                if constexpr (DIAGONAL) {
                     const int t = warpgroup::laneid();
                     row_features_tile &kf = key_features(c.output, me);
                     if (t % 2 == 0) features::template build_row_features<0, FEATURES / 2>(kf, c.input.k[me], t / 2);
@@ -631,18 +632,17 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
                     base::consumers_sync();
                 }
                 warpgroup::mma_async_wait(s, dp);
-                const bool diagonal = h == me;
                 const float *dd = c.input.dd[h].data;
                 for_each_pair([&](pair_pos p, const float2 &sv, const float2 &dpv, T2 &ds16, T2 &w16) {
                     const int key = warp_row0 + p.row;
-                    const bool vx = !diagonal || p.col >= key, vy = !diagonal || p.col + 1 >= key;
+                    const bool vx = !DIAGONAL || p.col >= key, vy = !DIAGONAL || p.col + 1 >= key;
                     const float sx = scale * sv.x, sy = scale * sv.y;
                     ds16 = base::to_pair(vx ? scale * (dpv.x + first * dd[p.col]) * (1.f + sx) : 0.f,
                                          vy ? scale * (dpv.y + first * dd[p.col + 1]) * (1.f + sy) : 0.f);
                     w16 = base::to_pair(vx ? fmaf(0.5f * sx, sx, 1.f + sx) : 0.f, vy ? fmaf(0.5f * sy, sy, 1.f + sy) : 0.f);
                 }, s, dp, ds, w);
             }
-            if (h == me) {
+            if constexpr (DIAGONAL) {
                 warpgroup::mm_AB(dk, ds, c.input.q[h]);
                 warpgroup::mm_AB(dv, w, c.input.dout[h]);
             } else {
@@ -650,7 +650,9 @@ template <typename T, int VT, bool SPLIT> struct based_bwd_dkv : based_bwd_base<
                 warpgroup::mma_AB(dv, w, c.input.dout[h]);
             }
             warpgroup::mma_async_wait(dk, dv);
-        }
+        };
+        half_step.template operator()<true>(me);
+        if (me == 0) half_step.template operator()<false>(1);
 
         // 3. Inter-chunk, from R of the later chunks.
         if (c.iter > 0 || g.state0 || g.sum0) {

@@ -97,7 +97,7 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
     // Named barrier of the two consumers (ids 1 .. 3 are the warpgroups' own, warpgroup::sync()).
     static constexpr int CONSUMERS_BARRIER = 4;
     __device__ static inline void consumers_sync() {
-        asm volatile("bar.sync %0, %1;\n" ::"n"(CONSUMERS_BARRIER), "n"(NUM_CONSUMERS * WARPGROUP_THREADS) : "memory");
+        named_barrier_sync<NUM_CONSUMERS * WARPGROUP_THREADS>(CONSUMERS_BARRIER);
     }
 
     __device__ static inline int blocks_of(int consumer) { return consumer == 0 ? 2 : 1; }

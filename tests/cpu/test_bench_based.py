@@ -11,12 +11,16 @@ from tk_ops.bench import based
 
 def test_sizes_and_flops():
     cases = based.cases()
-    assert [c.name for c in cases] == [f"N={n}" for n in (1024, 2048, 4096, 8192, 16384)]
+    assert [(c.group, c.name) for c in cases] == [("Dv=64", f"N={n}") for n in (1024, 2048, 4096, 8192, 16384)] + [
+        ("Dv=128", f"N={n}") for n in (1024, 4096, 16384)]
     first = cases[0]
     assert first.shape == (16, 16, 1024, 64)
     # 2 B N H E + 4 B N H Dv E, E = 273: the value ANCHORS.md's rates are computed from.
     assert first.flops == 2 * 16 * 1024 * 16 * 273 + 4 * 16 * 1024 * 16 * 64 * 273
-    assert [c.name for c in based.cases(quick=True)] == ["N=1024", "N=4096"]
+    wide = cases[5]
+    assert wide.shape == (16, 16, 1024, 128)
+    assert wide.flops == 2 * 16 * 1024 * 16 * 273 + 4 * 16 * 1024 * 16 * 128 * 273
+    assert [c.name for c in based.cases(quick=True)] == ["N=1024", "N=4096", "N=1024"]
 
 
 def test_fla_is_a_peer_only_when_it_imports(monkeypatch):
@@ -33,10 +37,10 @@ def test_backward_cases():
     forward, backward = based.cases(), based.cases(backward=True)
     assert [c.name for c in backward] == [c.name for c in forward]
     for f, b in zip(forward, backward):
-        assert b.shape == f.shape and b.group == "Dv=64 fwd+bwd" and b.flops == pytest.approx(3 * f.flops)
+        assert b.shape == f.shape and b.group == f"{f.group} fwd+bwd" and b.flops == pytest.approx(3 * f.flops)
         assert b.impls[0].name == "tk_ops" and b.impls[0].ours
         assert [i.name for i in b.impls] == [i.name for i in f.impls]
-    assert [c.name for c in based.cases(quick=True, backward=True)] == ["N=1024", "N=4096"]
+    assert [c.name for c in based.cases(quick=True, backward=True)] == ["N=1024", "N=4096", "N=1024"]
 
 
 def test_training_step_differentiates_the_leaves():

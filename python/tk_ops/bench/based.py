@@ -1,7 +1,7 @@
 """Based linear-attention benchmark: tk_ops.based against flash-linear-attention's Triton kernels,
 `fla.ops.based.fused_chunk_based` and `parallel_based`, when the `fla` package imports (it is pure Triton: install
 the fla-core wheel). B = 16, H = 16, feature dim 16, value dim 64, bf16, normalised (use_norm=True), N from 1024 to
-16384.
+16384; then value dim 128 (two value blocks per head on our side) at three of those lengths.
 
 FLOPs follow the peers' convention: 2 B N H E + 4 B N H Dv E with E = 1 + 16 + 16 * 16 = 273 features (the
 recurrent form's state update and read-out, plus the normaliser); the intra-chunk products are not counted.
@@ -23,6 +23,7 @@ TITLE = "Based linear attention (16 heads, feature dim 16, value dim 64, bf16)"
 BATCH, HEADS, FEATURE_DIM, VALUE_DIM = 16, 16, 16, 64
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 QUICK_SEQ_LENS = (1024, 4096)
+WIDE_VALUE_DIM, WIDE_SEQ_LENS = 128, (1024, 4096, 16384)
 FEATURES = 1 + FEATURE_DIM + FEATURE_DIM * FEATURE_DIM
 
 
@@ -59,28 +60,30 @@ def fla_available() -> bool:
     return importlib.util.find_spec("fla") is not None
 
 
-def based_case(n: int, backward: bool = False) -> Case:
+def based_case(n: int, backward: bool = False, value_dim: int = VALUE_DIM) -> Case:
     def make_inputs():
         import tk_ops
         tk_ops._ext.require("based")  # loads the extension, or says that the family was left out of the build
         q, k = (torch.randn(BATCH, n, HEADS, FEATURE_DIM, device="cuda", dtype=torch.bfloat16,
                             requires_grad=backward) for _ in range(2))
-        v = torch.randn(BATCH, n, HEADS, VALUE_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+        v = torch.randn(BATCH, n, HEADS, value_dim, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
         if not backward:
             return q, k, v
-        return q, k, v, torch.randn(BATCH, n, HEADS, VALUE_DIM, device="cuda", dtype=torch.bfloat16)  # d_o
+        return q, k, v, torch.randn(BATCH, n, HEADS, value_dim, device="cuda", dtype=torch.bfloat16)  # d_o
 
     named = [("tk_ops", _ours, True)]
     if fla_available():
         named += [("fla fused_chunk", _fla("fused_chunk_based"), False), ("fla parallel", _fla("parallel_based"), False)]
-    forward_flops = flops(BATCH, n, HEADS, VALUE_DIM)
-    shape = (BATCH, HEADS, n, VALUE_DIM)
+    forward_flops = flops(BATCH, n, HEADS, value_dim)
+    shape = (BATCH, HEADS, n, value_dim)
     if backward:
         impls = [Impl(name, _training_step(fn), ours=ours) for name, fn, ours in named]
-        return Case(f"Dv={VALUE_DIM} fwd+bwd", f"N={n}", shape, BACKWARD_FLOPS * forward_flops, make_inputs, impls)
-    return Case(f"Dv={VALUE_DIM}", f"N={n}", shape, forward_flops, make_inputs,
+        return Case(f"Dv={value_dim} fwd+bwd", f"N={n}", shape, BACKWARD_FLOPS * forward_flops, make_inputs, impls)
+    return Case(f"Dv={value_dim}", f"N={n}", shape, forward_flops, make_inputs,
                 [Impl(name, fn, ours=ours) for name, fn, ours in named])
 
 
 def cases(quick: bool = False, backward: bool = False) -> list[Case]:
-    return [based_case(n, backward) for n in (QUICK_SEQ_LENS if quick else SEQ_LENS)]
+    main = [based_case(n, backward) for n in (QUICK_SEQ_LENS if quick else SEQ_LENS)]
+    wide = [based_case(n, backward, WIDE_VALUE_DIM) for n in (QUICK_SEQ_LENS[:1] if quick else WIDE_SEQ_LENS)]
+    return main + wide

@@ -43,4 +43,12 @@ template <int N_WARPS> struct group {
 
 using warpgroup = group<4>;
 
+// Named barrier `id` of THREADS threads that may reach it from different places in the code (one warpgroup in one
+// unrolled iteration, another in the next): the non-aligned barrier.sync. bar.sync, the aligned form that group::sync
+// uses, requires every participating thread to execute the same instruction.
+template <int THREADS> __device__ inline void named_barrier_sync(int id) {
+    static_assert(THREADS % WARP_THREADS == 0, "a named barrier counts whole warps");
+    asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
 } // namespace kittens
