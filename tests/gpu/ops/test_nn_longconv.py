@@ -1,0 +1,146 @@
+"""tk_ops.nn.LongConv on the GPU: the forward against a float64 composition of the documented math (the windowed
+first N taps of the filter, tk_ops.reference.fftconv, the skip term D * v added after the convolution, the gates) for
+lengths 1 .. 4096, shorter and full-length sequences, every set of gates, bf16 and fp16; a prefix of a sequence gives
+the prefix of the output; the gradients of every parameter, the input and the gates against float64 autograd through
+the composition; torch.compile(fullgraph=True) of the module, forward and backward. The module's plumbing is also
+tested without a GPU (tests/cpu/test_nn_longconv.py). Skipped unless the 'fftconv' family is in the build."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops.reference.fftconv import fftconv as conv_ref
+
+from ...util import requires_families
+from ..util import fresh_pool_with_nan, rel_err
+
+# ||out - ref|| / ||ref|| by the tensor's dtype. The output, du and the gates' gradients come out of the fftconv
+# kernels, whose bf16 / fp16 rounding reaches 4.9e-3 / 5.5e-4 (docs/fftconv.md), plus at most one 16-bit product:
+# the op's own bounds hold. The float32 parameters' gradients come from the filter gradient, fp32 FFTs of exact
+# products (about 1e-6), through the window in fp32; a wrong tap, window or gate is of order 1.
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
+# The same kernels under torch.compile, where inductor fuses the filter's elementwise work and the loss's.
+COMPILE_TOL = 5e-3
+GATES = {"none": (), "pre": ("pregate",), "post": ("postgate",), "both": ("pregate", "postgate")}
+DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
+
+pytestmark = requires_families("fftconv")
+
+
+def make_module(d_model, max_len, seed=0):
+    """A module whose every parameter shows in the output: a larger filter, varied decays and skip weights."""
+    torch.manual_seed(seed)
+    m = tk_ops.nn.LongConv(d_model, max_len, device="cuda")
+    with torch.no_grad():
+        m.k.mul_(3.0)
+        m.log_decay.add_(0.3 * torch.randn(d_model, device="cuda"))
+        m.D.normal_(1.0, 0.5)
+    return m
+
+
+def inputs(b, n, h, gates=(), dtype=torch.bfloat16, seed=1):
+    """u and the named gates (around 1; the others None) as (B, N, d_model), and an output gradient dy."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = dict(u=torch.randn(b, n, h, device="cuda", generator=gen).to(dtype), pregate=None, postgate=None)
+    for g in gates:
+        x[g] = (1 + 0.5 * torch.randn(b, n, h, device="cuda", generator=gen)).to(dtype)
+    x["dy"] = torch.randn(b, n, h, device="cuda", generator=gen).to(dtype)
+    return x
+
+
+def composition(params, u, pregate, postgate, max_len):
+    """The module's documented math in float64 on (B, N, d_model) tensors, the skip term outside the convolution."""
+    n = u.shape[1]
+    t = torch.arange(n, device=u.device, dtype=torch.float64) / max_len
+    k_eff = params["k"][:, :n] * torch.exp(-torch.exp(params["log_decay"])[:, None] * t)
+    u_t = u.transpose(1, 2)
+    pregate_t = None if pregate is None else pregate.transpose(1, 2)
+    v = u_t if pregate is None else u_t * pregate_t
+    y = (conv_ref(u_t, k_eff, pregate_t) + params["D"][:, None] * v).transpose(1, 2)
+    return y if postgate is None else y * postgate
+
+
+def reference(m, x, names=()):
+    """The composition's output, and with `names` its gradients (dy = x["dy"]) of those parameters and inputs."""
+    params = {name: p.detach().double().requires_grad_() for name, p in m.named_parameters()}
+    leaves = {name: x[name].detach().double().requires_grad_() for name in ("u", "pregate", "postgate")
+              if x[name] is not None}
+    y = composition(params, leaves["u"], leaves.get("pregate"), leaves.get("postgate"), m.max_len)
+    if not names:
+        return y.detach(), {}
+    every = {**params, **leaves}
+    return y.detach(), dict(zip(names, torch.autograd.grad(y, [every[n] for n in names], x["dy"].double())))
+
+
+@pytest.mark.parametrize("n, max_len", [(1, 1), (1, 64), (7, 64), (100, 256), (1000, 1024), (1024, 1024),
+                                        (3000, 4096), (4096, 4096)])
+@pytest.mark.parametrize("gates", GATES, ids=GATES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_matches_the_composition(dtype, gates, n, max_len):
+    m = make_module(16, max_len, seed=n)
+    x = inputs(3, n, 16, GATES[gates], dtype)
+    fresh_pool_with_nan(8 * x["u"].numel(), dtype)
+    with torch.no_grad():
+        y = m(x["u"], x["pregate"], x["postgate"])
+    torch.cuda.synchronize()
+    assert y.shape == x["u"].shape and y.dtype == dtype
+    err = rel_err(y, reference(m, x)[0])
+    assert err <= TOL[dtype], f"relative error {err:.3e} > {TOL[dtype]:.0e}"
+
+
+def test_a_prefix_gives_the_prefix_of_the_output():
+    """Causal, and a shorter sequence uses the same first taps: the output of u[:, :n] is that of u, cut at n."""
+    m = make_module(32, 2048)
+    x = inputs(2, 2048, 32, ("pregate", "postgate"))
+    with torch.no_grad():
+        full = m(x["u"], x["pregate"], x["postgate"])
+        for n in (1, 300, 1024, 1500):
+            part = m(x["u"][:, :n], x["pregate"][:, :n], x["postgate"][:, :n])
+            assert rel_err(part, full[:, :n]) <= TOL[torch.bfloat16], f"n = {n}"
+
+
+@pytest.mark.parametrize("n, max_len", [(1, 16), (100, 100), (700, 1024), (4096, 4096)])
+@pytest.mark.parametrize("gates", GATES, ids=GATES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients_match_the_composition(dtype, gates, n, max_len):
+    m = make_module(16, max_len, seed=n)
+    x = inputs(3, n, 16, GATES[gates], dtype, seed=max_len)
+    inputs_with_grad = ("u",) + GATES[gates]
+    names = ("k", "log_decay", "D") + inputs_with_grad
+    leaves = {name: x[name].detach().requires_grad_() for name in inputs_with_grad}
+    y = m(leaves["u"], leaves.get("pregate"), leaves.get("postgate"))
+    fresh_pool_with_nan(8 * x["u"].numel(), dtype)
+    got = torch.autograd.grad(y, [*m.parameters(), *leaves.values()], x["dy"])
+    torch.cuda.synchronize()
+    _, want = reference(m, x, names)
+    for name, grad in zip(names, got):
+        like = getattr(m, name) if name in ("k", "log_decay", "D") else x[name]
+        assert grad.shape == like.shape and grad.dtype == like.dtype, f"d{name}: {grad.shape} {grad.dtype}"
+        err = rel_err(grad, want[name])
+        assert err <= TOL[grad.dtype], f"d{name}: relative error {err:.3e} > {TOL[grad.dtype]:.0e}"
+
+
+def test_compiles_fullgraph_forward_and_backward():
+    m = make_module(32, 1024)
+    x = inputs(2, 1000, 32, ("pregate", "postgate"))
+    weights = x["dy"].float()
+
+    def loss(module, u, pregate, postgate):
+        return (module(u, pregate, postgate).float() * weights).sum()
+
+    def grads_of(module):
+        leaves = [x[name].detach().clone().requires_grad_() for name in ("u", "pregate", "postgate")]
+        params = list(m.parameters())
+        return torch.autograd.grad(loss(module, *leaves), params + leaves)
+
+    names = ("k", "log_decay", "D", "u", "pregate", "postgate")
+    eager = grads_of(m)
+    compiled = grads_of(torch.compile(m, fullgraph=True))
+    _, want = reference(m, dict(x, dy=weights), names)
+    for name, c, e in zip(names, compiled, eager):
+        err = rel_err(c, want[name])
+        assert err <= TOL[c.dtype], f"compiled d{name}: relative error {err:.3e} > {TOL[c.dtype]:.0e}"
+        diff = rel_err(c, e)
+        assert diff <= COMPILE_TOL, f"d{name}: compiled differs from eager by {diff:.2e}"
+    with torch.no_grad():
+        y_compiled = torch.compile(m, fullgraph=True)(x["u"], x["pregate"], x["postgate"])
+    assert rel_err(y_compiled, reference(m, x)[0]) <= TOL[torch.bfloat16]
