@@ -35,7 +35,6 @@ template <> struct factors<8192> { static constexpr int N1 = 128, N2 = 64; };
 
 template <typename T, int L> struct fftconv_fwd {
     static constexpr int N1 = factors<L>::N1, N2 = factors<L>::N2;
-    static constexpr int WARPS = 8, THREADS = WARPS * WARP_THREADS;
     // Rows of X that can hold samples (N <= L / 2 fills at most the first N1 / 2), which are also the rows of E that
     // hold kept outputs; a whole tile of 16 at the smallest size.
     static constexpr int HALF_ROWS = N1 / 2 >= TILE_DIM ? N1 / 2 : N1;
@@ -54,6 +53,11 @@ template <typename T, int L> struct fftconv_fwd {
     };
     static constexpr int SHARED_BYTES = int(sizeof(shared_block));
     static_assert(SHARED_BYTES <= MAX_SHARED_MEMORY, "fftconv: a block's planes, DFT matrices and spectrum exceed shared memory");
+    // A block works on one pair at a time, stage after stage with a barrier between, and its global loads and stores
+    // wait on memory: warps of a second block (or twice the warps, where shared memory holds one block only) fill
+    // those gaps. Two 8-warp blocks per SM, or one of 16 warps; either way 128 registers a thread.
+    static constexpr int BLOCKS_PER_SM = 2 * (SHARED_BYTES + 1024) <= MAX_SHARED_MEMORY ? 2 : 1;
+    static constexpr int WARPS = BLOCKS_PER_SM == 2 ? 8 : 16, THREADS = WARPS * WARP_THREADS;
 
     struct globals {
         const T *u, *pregate, *postgate; // gates may be null
@@ -61,6 +65,7 @@ template <typename T, int L> struct fftconv_fwd {
         T *y;
         int batch, heads, len;
         int pairs_per_block, slabs;
+        int paired; // an even length and 4-byte aligned u, gates and y: two neighbouring samples are one access
     };
 
     __device__ static inline void store_pair(uint32_t addr, float x, float y) {
@@ -106,14 +111,30 @@ template <typename T, int L> struct fftconv_fwd {
         return g.pregate ? x * to_float(g.pregate[row + n]) : x;
     }
 
+    // Samples n and n + 1 (n even) of row b (times their pregates), zero past the sequence or the batch; one 4-byte
+    // load each when g.paired.
+    __device__ static inline float2 sample_pair(const globals &g, size_t row, bool valid_row, int n) {
+        if (!valid_row || n >= g.len) return make_float2(0.f, 0.f);
+        if (g.paired) {
+            float2 x = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(g.u + row + n));
+            if (g.pregate) {
+                const float2 p = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(g.pregate + row + n));
+                x = make_float2(x.x * p.x, x.y * p.y);
+            }
+            return x;
+        }
+        return make_float2(sample(g, row, true, n), sample(g, row, true, n + 1));
+    }
+
     // The pair (b0, b0 + 1) as X = u_b0 + i u_b0+1 (rows n1 < HALF_ROWS; the others are never read).
     __device__ static inline void load_input(shared_block &s, const globals &g, int b0, int h) {
         const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
         const bool second = b0 + 1 < g.batch;
         for (int i = threadIdx.x; i < HALF_ROWS * N2 / 2; i += THREADS) {
             const int n = 2 * i, n1 = n / N2, n2 = n % N2;
-            store_pair(s.xr.idx(n1, n2), sample(g, row0, true, n), sample(g, row0, true, n + 1));
-            store_pair(s.xi.idx(n1, n2), sample(g, row1, second, n), sample(g, row1, second, n + 1));
+            const float2 a = sample_pair(g, row0, true, n), b = sample_pair(g, row1, second, n);
+            store_pair(s.xr.idx(n1, n2), a.x, a.y);
+            store_pair(s.xi.idx(n1, n2), b.x, b.y);
         }
     }
 
@@ -231,20 +252,28 @@ template <typename T, int L> struct fftconv_fwd {
             acc re, im;
             complex_tile<true, false, N1 / TILE_DIM>(re, im, s.f1r, s.f1i, tr, s.yr, s.yi, tc);
             for_each_pair([&](pair_pos p, const float2 &r, const float2 &i) {
-                const int n = N2 * (tr + p.row) + tc + p.col;
-                const float v[2][2] = {{r.x, r.y}, {i.x, i.y}};
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (n + e >= g.len) continue;
-                    put(g, row0 + n + e, v[0][e]);
-                    if (second) put(g, row1 + n + e, v[1][e]);
-                }
+                const int n = N2 * (tr + p.row) + tc + p.col; // even
+                put_pair(g, row0, n, r);
+                if (second) put_pair(g, row1, n, i);
             }, re, im);
         }
     }
     __device__ static inline void put(const globals &g, size_t at, float v) {
         if (g.postgate) v *= to_float(g.postgate[at]);
         g.y[at] = base_types::convertor<T, float>::convert(v);
+    }
+    // Outputs n and n + 1 (n even) of a row, those before the sequence's end: one 4-byte store when g.paired.
+    __device__ static inline void put_pair(const globals &g, size_t row, int n, float2 v) {
+        if (g.paired && n + 1 < g.len) {
+            if (g.postgate) {
+                const float2 q = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(g.postgate + row + n));
+                v = make_float2(v.x * q.x, v.y * q.y);
+            }
+            *reinterpret_cast<T2 *>(g.y + row + n) = base_types::convertor<T2, float2>::convert(v);
+            return;
+        }
+        if (n < g.len) put(g, row + n, v.x);
+        if (n + 1 < g.len) put(g, row + n + 1, v.y);
     }
 
     // The slab of pairs of one head: the DFT matrices and the spectrum once, then each pair through the four stages.
@@ -275,7 +304,7 @@ template <typename T, int L> struct fftconv_fwd {
     }
 };
 
-template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_fwd_kernel(const __grid_constant__ typename K::globals g) {
+template <typename K> __global__ __launch_bounds__(K::THREADS, K::BLOCKS_PER_SM) void fftconv_fwd_kernel(const __grid_constant__ typename K::globals g) {
     K::run(g);
 }
 

@@ -67,7 +67,8 @@ template <typename KT> cudaError_t launch_spectrum(const spectrum_problem &p, cu
 }
 
 // Blocks: every head, and each head's batch pairs cut into slabs when there are too few heads to give every SM two
-// blocks; a block reuses its DFT matrices and its head's spectrum over the pairs of its slab.
+// blocks; a block reuses its DFT matrices and its head's spectrum over the pairs of its slab. (Null gates count as
+// aligned.)
 template <typename T, int L> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using K = fftconv_fwd<T, L>;
     int dev = 0, sms = 0;
@@ -78,9 +79,12 @@ template <typename T, int L> cudaError_t launch_forward(const fwd_problem &p, cu
     const int wanted_slabs = (2 * sms + p.heads - 1) / p.heads;
     const int per_block = (pairs + std::min(pairs, wanted_slabs) - 1) / std::min(pairs, wanted_slabs);
     const int slabs = (pairs + per_block - 1) / per_block;
+    const auto word_aligned = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
+    const bool paired = p.len % 2 == 0 && word_aligned(p.u) && word_aligned(p.pregate) && word_aligned(p.postgate) &&
+                        word_aligned(p.y);
     typename K::globals g{static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
                           static_cast<const T *>(p.postgate), p.k_f, static_cast<T *>(p.y),
-                          p.batch, p.heads, p.len, per_block, slabs};
+                          p.batch, p.heads, p.len, per_block, slabs, paired ? 1 : 0};
     fftconv_fwd_kernel<K><<<p.heads * slabs, K::THREADS, K::SHARED_BYTES, stream>>>(g);
     return cudaGetLastError();
 }
