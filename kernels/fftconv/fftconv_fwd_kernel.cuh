@@ -45,19 +45,28 @@ template <typename T, int L> struct fftconv_fwd {
     using tile_b = rt<T, TILE_DIM, TILE_DIM, col_l>;  // a B operand
     using acc = rt_fl<TILE_DIM, TILE_DIM>;
 
-    struct shared_block {
+    // The next pair's raw rows (u, and the pregate where there is room), copied by cp.async while the current pair
+    // transforms: a pair's input then no longer waits on global memory at the start of its stage 1.
+    static constexpr int MAX_LEN = L / 2;
+    struct core_block {
         plane xr, xi, yr, yi;           // the pair's data, ping-pong between stages
         st<T, N1, N1> f1r, f1i;         // F_N1 / sqrt(N1)
         st<T, N2, N2> f2r, f2i;         // F_N2 / sqrt(N2)
         float kr[N1 * N2], ki[N1 * N2]; // the head's spectrum K[j1 + N1 j2] at [j1 * N2 + j2]
+        T raw_u[2][MAX_LEN];            // rows b0, b0 + 1 of the next pair
+    };
+    // A block works on one pair at a time, stage after stage with a barrier between: warps of a second block (or twice
+    // the warps, where shared memory holds one block only) fill the gaps. Two 8-warp blocks per SM, or one of 16
+    // warps; either way 128 registers a thread. (Each block also reserves 1 KB of the SM's shared memory.)
+    static constexpr int BLOCKS_PER_SM = 2 * (sizeof(core_block) + 1024) <= MAX_SHARED_MEMORY ? 2 : 1;
+    static constexpr int WARPS = BLOCKS_PER_SM == 2 ? 8 : 16, THREADS = WARPS * WARP_THREADS;
+    static constexpr bool STAGE_PREGATE =
+        BLOCKS_PER_SM * (sizeof(core_block) + sizeof(T) * 2 * MAX_LEN + 1024) <= MAX_SHARED_MEMORY;
+    struct shared_block : core_block {
+        T raw_gate[STAGE_PREGATE ? 2 : 1][STAGE_PREGATE ? MAX_LEN : 8];
     };
     static constexpr int SHARED_BYTES = int(sizeof(shared_block));
     static_assert(SHARED_BYTES <= MAX_SHARED_MEMORY, "fftconv: a block's planes, DFT matrices and spectrum exceed shared memory");
-    // A block works on one pair at a time, stage after stage with a barrier between, and its global loads and stores
-    // wait on memory: warps of a second block (or twice the warps, where shared memory holds one block only) fill
-    // those gaps. Two 8-warp blocks per SM, or one of 16 warps; either way 128 registers a thread.
-    static constexpr int BLOCKS_PER_SM = 2 * (SHARED_BYTES + 1024) <= MAX_SHARED_MEMORY ? 2 : 1;
-    static constexpr int WARPS = BLOCKS_PER_SM == 2 ? 8 : 16, THREADS = WARPS * WARP_THREADS;
 
     struct globals {
         const T *u, *pregate, *postgate; // gates may be null
@@ -66,6 +75,7 @@ template <typename T, int L> struct fftconv_fwd {
         int batch, heads, len;
         int pairs_per_block, slabs;
         int paired; // an even length and 4-byte aligned u, gates and y: two neighbouring samples are one access
+        int staged; // a length that is a multiple of 8 and 16-byte aligned u and pregate: inputs arrive by cp.async
     };
 
     __device__ static inline void store_pair(uint32_t addr, float x, float y) {
@@ -124,6 +134,47 @@ template <typename T, int L> struct fftconv_fwd {
             return x;
         }
         return make_float2(sample(g, row, true, n), sample(g, row, true, n + 1));
+    }
+
+    // Start copying the rows of the pair (b0, b0 + 1) into the raw buffers (g.staged): 16-byte pieces, the second
+    // row's zero-filled past the batch. Waited for by load_staged.
+    __device__ static inline void prefetch(shared_block &s, const globals &g, int b0, int h) {
+        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
+        const bool second = b0 + 1 < g.batch;
+        const int pieces = g.len / 8; // per row
+        for (int i = threadIdx.x; i < 2 * pieces; i += THREADS) {
+            const int r = i >= pieces, at = 8 * (i - r * pieces);
+            const size_t src = (r ? (second ? row1 : row0) : row0) + at;
+            const uint32_t bytes = r && !second ? 0 : 16;
+            detail::memory::cp_async_16(smem_addr(&s.raw_u[r][at]), g.u + src, bytes);
+            if (STAGE_PREGATE && g.pregate) detail::memory::cp_async_16(smem_addr(&s.raw_gate[r][at]), g.pregate + src, bytes);
+        }
+        detail::memory::cp_async_commit();
+    }
+
+    // load_input from the raw buffers that prefetch filled (the pregate from global memory where it is not staged).
+    __device__ static inline void load_staged(shared_block &s, const globals &g, int b0, int h) {
+        detail::memory::cp_async_wait<0>();
+        __syncthreads(); // every thread's pieces have landed
+        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
+        const auto raw = [&](const T *p, int n) { return base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(p + n)); };
+        for (int i = threadIdx.x; i < HALF_ROWS * N2 / 2; i += THREADS) {
+            const int n = 2 * i, n1 = n / N2, n2 = n % N2;
+            float2 a = make_float2(0.f, 0.f), b = a;
+            if (n < g.len) { // g.len is even: n + 1 < g.len too
+                a = raw(s.raw_u[0], n);
+                b = raw(s.raw_u[1], n);
+                if (g.pregate) {
+                    const float2 pa = STAGE_PREGATE ? raw(s.raw_gate[0], n) : raw(g.pregate + row0, n);
+                    const float2 pb = STAGE_PREGATE ? raw(s.raw_gate[1], n)
+                                                    : (b0 + 1 < g.batch ? raw(g.pregate + row1, n) : make_float2(0.f, 0.f));
+                    a = make_float2(a.x * pa.x, a.y * pa.y);
+                    b = make_float2(b.x * pb.x, b.y * pb.y);
+                }
+            }
+            store_pair(s.xr.idx(n1, n2), a.x, a.y);
+            store_pair(s.xi.idx(n1, n2), b.x, b.y);
+        }
     }
 
     // The pair (b0, b0 + 1) as X = u_b0 + i u_b0+1 (rows n1 < HALF_ROWS; the others are never read).
@@ -286,13 +337,17 @@ template <typename T, int L> struct fftconv_fwd {
         const int pairs = (g.batch + 1) / 2;
         const int first = slab * g.pairs_per_block;
         const int last = min(pairs, first + g.pairs_per_block);
+        if (g.staged && first < last) prefetch(s, g, 2 * first, h);
         build_dft<N1>(s.f1r, s.f1i);
         build_dft<N2>(s.f2r, s.f2i);
         load_spectrum(s, g.k_f + size_t(h) * (L / 2 + 1));
         for (int pair = first; pair < last; pair++) {
             const int b0 = 2 * pair;
-            load_input(s, g, b0, h);
-            __syncthreads(); // also orders the previous pair's stage 4 (reads y) before this stage 1 (writes y)
+            if (g.staged) load_staged(s, g, b0, h);
+            else load_input(s, g, b0, h);
+            __syncthreads(); // also orders the previous pair's stage 4 (reads y) before this stage 1 (writes y), and
+                             // this pair's reads of the raw buffers before the next pair's copies into them
+            if (g.staged && pair + 1 < last) prefetch(s, g, b0 + 2, h);
             stage1(s, warp);
             __syncthreads();
             stage2(s, warp);

@@ -82,9 +82,11 @@ template <typename T, int L> cudaError_t launch_forward(const fwd_problem &p, cu
     const auto word_aligned = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
     const bool paired = p.len % 2 == 0 && word_aligned(p.u) && word_aligned(p.pregate) && word_aligned(p.postgate) &&
                         word_aligned(p.y);
+    const auto piece_aligned = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const bool staged = p.len % 8 == 0 && piece_aligned(p.u) && piece_aligned(p.pregate);
     typename K::globals g{static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
                           static_cast<const T *>(p.postgate), p.k_f, static_cast<T *>(p.y),
-                          p.batch, p.heads, p.len, per_block, slabs, paired ? 1 : 0};
+                          p.batch, p.heads, p.len, per_block, slabs, paired ? 1 : 0, staged ? 1 : 0};
     fftconv_fwd_kernel<K><<<p.heads * slabs, K::THREADS, K::SHARED_BYTES, stream>>>(g);
     return cudaGetLastError();
 }
