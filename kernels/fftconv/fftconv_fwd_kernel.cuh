@@ -45,25 +45,33 @@ template <typename T, int L> struct fftconv_fwd {
     using tile_b = rt<T, TILE_DIM, TILE_DIM, col_l>;  // a B operand
     using acc = rt_fl<TILE_DIM, TILE_DIM>;
 
-    // The next pair's raw rows (u, and the pregate where there is room), copied by cp.async while the current pair
-    // transforms: a pair's input then no longer waits on global memory at the start of its stage 1.
+    // Output tiles of one pair's stages 1 to 3 (stage 4 computes the kept half of the rows only).
+    static constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
+    // A block has 8 warps (16 at L = 8192, below); where one pair has fewer tiles than that (L <= 1024), the block
+    // transforms SLOTS pairs side by side, each on its own planes and WARPS / SLOTS warps.
+    static constexpr int SLOTS = TILES >= 8 ? 1 : 8 / TILES;
+
+    // The next pairs' raw rows (u, and the pregate where there is room), copied by cp.async while the current ones
+    // transform: a pair's input then no longer waits on global memory at the start of its stage 1.
     static constexpr int MAX_LEN = L / 2;
     struct core_block {
-        plane xr, xi, yr, yi;           // the pair's data, ping-pong between stages
-        st<T, N1, N1> f1r, f1i;         // F_N1 / sqrt(N1)
-        st<T, N2, N2> f2r, f2i;         // F_N2 / sqrt(N2)
-        float kr[N1 * N2], ki[N1 * N2]; // the head's spectrum K[j1 + N1 j2] at [j1 * N2 + j2]
-        T raw_u[2][MAX_LEN];            // rows b0, b0 + 1 of the next pair
+        plane xr[SLOTS], xi[SLOTS], yr[SLOTS], yi[SLOTS]; // each slot's pair, ping-pong between stages
+        st<T, N1, N1> f1r, f1i;                           // F_N1 / sqrt(N1)
+        st<T, N2, N2> f2r, f2i;                           // F_N2 / sqrt(N2)
+        float kr[N1 * N2], ki[N1 * N2];                   // the head's spectrum K[j1 + N1 j2] at [j1 * N2 + j2]
+        T raw_u[SLOTS][2][MAX_LEN];                       // rows b0, b0 + 1 of each slot's next pair
     };
-    // A block works on one pair at a time, stage after stage with a barrier between: warps of a second block (or twice
-    // the warps, where shared memory holds one block only) fill the gaps. Two 8-warp blocks per SM, or one of 16
-    // warps; either way 128 registers a thread. (Each block also reserves 1 KB of the SM's shared memory.)
+    // A block works on one group of pairs at a time, stage after stage with a barrier between: warps of a second block
+    // (or twice the warps, where shared memory holds one block only) fill the gaps. Two 8-warp blocks per SM, or one of
+    // 16 warps; either way 128 registers a thread. (Each block also reserves 1 KB of the SM's shared memory.)
     static constexpr int BLOCKS_PER_SM = 2 * (sizeof(core_block) + 1024) <= MAX_SHARED_MEMORY ? 2 : 1;
     static constexpr int WARPS = BLOCKS_PER_SM == 2 ? 8 : 16, THREADS = WARPS * WARP_THREADS;
+    static constexpr int SLOT_WARPS = WARPS / SLOTS;
+    static_assert(SLOTS == 1 || BLOCKS_PER_SM == 2, "fftconv: slots are for the small sizes' 8-warp blocks");
     static constexpr bool STAGE_PREGATE =
-        BLOCKS_PER_SM * (sizeof(core_block) + sizeof(T) * 2 * MAX_LEN + 1024) <= MAX_SHARED_MEMORY;
+        BLOCKS_PER_SM * (sizeof(core_block) + sizeof(T) * SLOTS * 2 * MAX_LEN + 1024) <= MAX_SHARED_MEMORY;
     struct shared_block : core_block {
-        T raw_gate[STAGE_PREGATE ? 2 : 1][STAGE_PREGATE ? MAX_LEN : 8];
+        T raw_gate[STAGE_PREGATE ? SLOTS : 1][2][STAGE_PREGATE ? MAX_LEN : 8];
     };
     static constexpr int SHARED_BYTES = int(sizeof(shared_block));
     static_assert(SHARED_BYTES <= MAX_SHARED_MEMORY, "fftconv: a block's planes, DFT matrices and spectrum exceed shared memory");
@@ -142,56 +150,83 @@ template <typename T, int L> struct fftconv_fwd {
         return make_float2(sample(g, row, true, n), sample(g, row, true, n + 1));
     }
 
-    // Start copying the rows of the pair (b0, b0 + 1) into the raw buffers (g.staged): 16-byte pieces, the second
-    // row's zero-filled past the batch. Waited for by load_staged.
-    __device__ static inline void prefetch(shared_block &s, const globals &g, int b0, int h) {
-        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
-        const bool second = b0 + 1 < g.batch;
+    // Global offsets of the rows of slot q's pair in the group starting at pair0 (b0 = 2 (pair0 + q)), and whether they
+    // exist: the pair may lie past the block's last (a short final group), its second row past the batch.
+    struct slot_rows {
+        size_t row0, row1;
+        bool first, second;
+    };
+    __device__ static inline slot_rows rows_of(const globals &g, int pair0, int q, int last, int h) {
+        const int b0 = 2 * (pair0 + q);
+        slot_rows r;
+        r.first = pair0 + q < last;
+        r.second = r.first && b0 + 1 < g.batch;
+        r.row0 = r.first ? (size_t(b0) * g.heads + h) * g.len : 0;
+        r.row1 = r.second ? r.row0 + size_t(g.heads) * g.len : r.row0;
+        return r;
+    }
+
+    // Start copying the rows of the group's pairs into the raw buffers (g.staged): 16-byte pieces, rows that do not
+    // exist zero-filled. Waited for by load_staged.
+    __device__ static inline void prefetch(shared_block &s, const globals &g, int pair0, int last, int h) {
         const int pieces = g.len / 8; // per row
-        for (int i = threadIdx.x; i < 2 * pieces; i += THREADS) {
-            const int r = i >= pieces, at = 8 * (i - r * pieces);
-            const size_t src = (r ? (second ? row1 : row0) : row0) + at;
-            const uint32_t bytes = r && !second ? 0 : 16;
-            detail::memory::cp_async_16(smem_addr(&s.raw_u[r][at]), g.u + src, bytes);
-            if (STAGE_PREGATE && g.pregate) detail::memory::cp_async_16(smem_addr(&s.raw_gate[r][at]), g.pregate + src, bytes);
+#pragma unroll
+        for (int q = 0; q < SLOTS; q++) {
+            const slot_rows rows = rows_of(g, pair0, q, last, h);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const size_t row = r ? rows.row1 : rows.row0; // row 0 of the tensor where the row does not exist
+                const T *u = g.u + row, *gate = g.pregate ? g.pregate + row : nullptr;
+                const uint32_t bytes = (r ? rows.second : rows.first) ? 16 : 0;
+                for (int at = 8 * threadIdx.x; at < 8 * pieces; at += 8 * THREADS) {
+                    detail::memory::cp_async_16(smem_addr(&s.raw_u[q][r][at]), u + at, bytes);
+                    if (STAGE_PREGATE && gate) detail::memory::cp_async_16(smem_addr(&s.raw_gate[q][r][at]), gate + at, bytes);
+                }
+            }
         }
         detail::memory::cp_async_commit();
     }
 
     // load_input from the raw buffers that prefetch filled (the pregate from global memory where it is not staged).
-    __device__ static inline void load_staged(shared_block &s, const globals &g, int b0, int h) {
+    __device__ static inline void load_staged(shared_block &s, const globals &g, int pair0, int last, int h) {
         detail::memory::cp_async_wait<0>();
         __syncthreads(); // every thread's pieces have landed
-        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
         const auto raw = [&](const T *p, int n) { return base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(p + n)); };
-        for (int i = threadIdx.x; i < HALF_ROWS * N2 / 2; i += THREADS) {
-            const int n = 2 * i, n1 = n / N2, n2 = n % N2;
+        constexpr int PER_SLOT = HALF_ROWS * N2 / 2;
+        for (int i = threadIdx.x; i < SLOTS * PER_SLOT; i += THREADS) {
+            const int q = i / PER_SLOT, n = 2 * (i - q * PER_SLOT), n1 = n / N2, n2 = n % N2;
             float2 a = make_float2(0.f, 0.f), b = a;
             if (n < g.len) { // g.len is even: n + 1 < g.len too
-                a = raw(s.raw_u[0], n);
-                b = raw(s.raw_u[1], n);
+                a = raw(s.raw_u[q][0], n);
+                b = raw(s.raw_u[q][1], n);
                 if (g.pregate) {
-                    const float2 pa = STAGE_PREGATE ? raw(s.raw_gate[0], n) : raw(g.pregate + row0, n);
-                    const float2 pb = STAGE_PREGATE ? raw(s.raw_gate[1], n)
-                                                    : (b0 + 1 < g.batch ? raw(g.pregate + row1, n) : make_float2(0.f, 0.f));
+                    float2 pa, pb;
+                    if constexpr (STAGE_PREGATE) {
+                        pa = raw(s.raw_gate[q][0], n);
+                        pb = raw(s.raw_gate[q][1], n);
+                    } else {
+                        const slot_rows rows = rows_of(g, pair0, q, last, h);
+                        pa = rows.first ? raw(g.pregate + rows.row0, n) : make_float2(0.f, 0.f);
+                        pb = rows.second ? raw(g.pregate + rows.row1, n) : make_float2(0.f, 0.f);
+                    }
                     a = make_float2(a.x * pa.x, a.y * pa.y);
                     b = make_float2(b.x * pb.x, b.y * pb.y);
                 }
             }
-            store_pair(s.xr.idx(n1, n2), a.x, a.y);
-            store_pair(s.xi.idx(n1, n2), b.x, b.y);
+            store_pair(s.xr[q].idx(n1, n2), a.x, a.y);
+            store_pair(s.xi[q].idx(n1, n2), b.x, b.y);
         }
     }
 
-    // The pair (b0, b0 + 1) as X = u_b0 + i u_b0+1 (rows n1 < HALF_ROWS; the others are never read).
-    __device__ static inline void load_input(shared_block &s, const globals &g, int b0, int h) {
-        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
-        const bool second = b0 + 1 < g.batch;
-        for (int i = threadIdx.x; i < HALF_ROWS * N2 / 2; i += THREADS) {
-            const int n = 2 * i, n1 = n / N2, n2 = n % N2;
-            const float2 a = sample_pair(g, row0, true, n), b = sample_pair(g, row1, second, n);
-            store_pair(s.xr.idx(n1, n2), a.x, a.y);
-            store_pair(s.xi.idx(n1, n2), b.x, b.y);
+    // The group's pairs as X = u_b0 + i u_b0+1 (rows n1 < HALF_ROWS; the others are never read), from global memory.
+    __device__ static inline void load_input(shared_block &s, const globals &g, int pair0, int last, int h) {
+        constexpr int PER_SLOT = HALF_ROWS * N2 / 2;
+        for (int i = threadIdx.x; i < SLOTS * PER_SLOT; i += THREADS) {
+            const int q = i / PER_SLOT, n = 2 * (i - q * PER_SLOT), n1 = n / N2, n2 = n % N2;
+            const slot_rows rows = rows_of(g, pair0, q, last, h);
+            const float2 a = sample_pair(g, rows.row0, rows.first, n), b = sample_pair(g, rows.row1, rows.second, n);
+            store_pair(s.xr[q].idx(n1, n2), a.x, a.y);
+            store_pair(s.xi[q].idx(n1, n2), b.x, b.y);
         }
     }
 
@@ -251,25 +286,24 @@ template <typename T, int L> struct fftconv_fwd {
         store(dst_i, i16, row0, col0);
     }
 
+    // Stages 1 to 4 of slot q's pair; `warp` counts the slot's warps (0 .. SLOT_WARPS - 1).
     // 1. A = (F_N1 X) .* T into y.
-    __device__ static inline void stage1(shared_block &s, int warp) {
-        constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
-        for (int t = warp; t < TILES; t += WARPS) {
+    __device__ static inline void stage1(shared_block &s, int q, int warp) {
+        for (int t = warp; t < TILES; t += SLOT_WARPS) {
             const int row0 = t / (N2 / TILE_DIM) * TILE_DIM, col0 = t % (N2 / TILE_DIM) * TILE_DIM;
             acc re, im;
-            complex_tile<false, false, HALF_ROWS / TILE_DIM>(re, im, s.f1r, s.f1i, row0, s.xr, s.xi, col0);
+            complex_tile<false, false, HALF_ROWS / TILE_DIM>(re, im, s.f1r, s.f1i, row0, s.xr[q], s.xi[q], col0);
             twiddle<-1>(re, im, row0, col0);
-            store_tile(s.yr, s.yi, re, im, row0, col0);
+            store_tile(s.yr[q], s.yi[q], re, im, row0, col0);
         }
     }
 
     // 2. C = (A F_N2) .* K into x.
-    __device__ static inline void stage2(shared_block &s, int warp) {
-        constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
-        for (int t = warp; t < TILES; t += WARPS) {
+    __device__ static inline void stage2(shared_block &s, int q, int warp) {
+        for (int t = warp; t < TILES; t += SLOT_WARPS) {
             const int row0 = t / (N2 / TILE_DIM) * TILE_DIM, col0 = t % (N2 / TILE_DIM) * TILE_DIM;
             acc re, im;
-            complex_tile<false, false, N2 / TILE_DIM>(re, im, s.yr, s.yi, row0, s.f2r, s.f2i, col0);
+            complex_tile<false, false, N2 / TILE_DIM>(re, im, s.yr[q], s.yi[q], row0, s.f2r, s.f2i, col0);
             for_each_pair([&](pair_pos p, float2 &r, float2 &i) {
                 const int at = (row0 + p.row) * N2 + col0 + p.col;
                 const float2 kr = *reinterpret_cast<const float2 *>(&s.kr[at]);
@@ -278,36 +312,34 @@ template <typename T, int L> struct fftconv_fwd {
                 r = make_float2(a.x * kr.x - b.x * ki.x, a.y * kr.y - b.y * ki.y);
                 i = make_float2(a.x * ki.x + b.x * kr.x, a.y * ki.y + b.y * kr.y);
             }, re, im);
-            store_tile(s.xr, s.xi, re, im, row0, col0);
+            store_tile(s.xr[q], s.xi[q], re, im, row0, col0);
         }
     }
 
     // 3. D = (C conj(F_N2)) .* conj(T) into y.
-    __device__ static inline void stage3(shared_block &s, int warp) {
-        constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
-        for (int t = warp; t < TILES; t += WARPS) {
+    __device__ static inline void stage3(shared_block &s, int q, int warp) {
+        for (int t = warp; t < TILES; t += SLOT_WARPS) {
             const int row0 = t / (N2 / TILE_DIM) * TILE_DIM, col0 = t % (N2 / TILE_DIM) * TILE_DIM;
             acc re, im;
-            complex_tile<false, true, N2 / TILE_DIM>(re, im, s.xr, s.xi, row0, s.f2r, s.f2i, col0);
+            complex_tile<false, true, N2 / TILE_DIM>(re, im, s.xr[q], s.xi[q], row0, s.f2r, s.f2i, col0);
             twiddle<1>(re, im, row0, col0);
-            store_tile(s.yr, s.yi, re, im, row0, col0);
+            store_tile(s.yr[q], s.yi[q], re, im, row0, col0);
         }
     }
 
     // 4. E = conj(F_N1) D, rows n1 < HALF_ROWS: the real part is y_b0, the imaginary part y_b0+1 (times the
     // postgates), sample n = N2 n1 + n2 kept while n < N.
-    __device__ static inline void stage4(shared_block &s, const globals &g, int b0, int h, int warp) {
-        constexpr int TILES = (HALF_ROWS / TILE_DIM) * (N2 / TILE_DIM);
-        const size_t row0 = (size_t(b0) * g.heads + h) * g.len, row1 = row0 + size_t(g.heads) * g.len;
-        const bool second = b0 + 1 < g.batch;
-        for (int t = warp; t < TILES; t += WARPS) {
+    __device__ static inline void stage4(shared_block &s, const globals &g, const slot_rows &rows, int q, int warp) {
+        constexpr int KEPT_TILES = (HALF_ROWS / TILE_DIM) * (N2 / TILE_DIM);
+        if (!rows.first) return; // a slot past the block's last pair
+        for (int t = warp; t < KEPT_TILES; t += SLOT_WARPS) {
             const int tr = t / (N2 / TILE_DIM) * TILE_DIM, tc = t % (N2 / TILE_DIM) * TILE_DIM;
             acc re, im;
-            complex_tile<true, false, N1 / TILE_DIM>(re, im, s.f1r, s.f1i, tr, s.yr, s.yi, tc);
+            complex_tile<true, false, N1 / TILE_DIM>(re, im, s.f1r, s.f1i, tr, s.yr[q], s.yi[q], tc);
             for_each_pair([&](pair_pos p, const float2 &r, const float2 &i) {
                 const int n = N2 * (tr + p.row) + tc + p.col; // even
-                put_pair(g, row0, n, r);
-                if (second) put_pair(g, row1, n, i);
+                put_pair(g, rows.row0, n, r);
+                if (rows.second) put_pair(g, rows.row1, n, i);
             }, re, im);
         }
     }
@@ -329,34 +361,34 @@ template <typename T, int L> struct fftconv_fwd {
         if (n + 1 < g.len) put(g, row + n + 1, v.y);
     }
 
-    // The slab of pairs of one head: the DFT matrices and the spectrum once, then each pair through the four stages.
+    // The slab of pairs of one head: the DFT matrices and the spectrum once, then each group of SLOTS pairs through the
+    // four stages, slot q on warps q SLOT_WARPS ...
     __device__ static inline void run(const globals &g) {
         extern __shared__ alignment_dummy shm[];
         if (smem_addr(shm) % 1024 != 0) __trap(); // the swizzled planes need 1 KB alignment
         shared_block &s = *reinterpret_cast<shared_block *>(shm);
         const int h = blockIdx.x % g.heads, slab = blockIdx.x / g.heads;
-        const int warp = threadIdx.x / WARP_THREADS;
+        const int q = threadIdx.x / WARP_THREADS / SLOT_WARPS, warp = threadIdx.x / WARP_THREADS % SLOT_WARPS;
         const int pairs = (g.batch + 1) / 2;
         const int first = slab * g.pairs_per_block;
         const int last = min(pairs, first + g.pairs_per_block);
-        if (g.staged && first < last) prefetch(s, g, 2 * first, h);
+        if (g.staged && first < last) prefetch(s, g, first, last, h);
         build_dft<N1>(s.f1r, s.f1i);
         build_dft<N2>(s.f2r, s.f2i);
         load_spectrum(s, g.k_f + size_t(h) * (L / 2 + 1));
-        for (int pair = first; pair < last; pair++) {
-            const int b0 = 2 * pair;
-            if (g.staged) load_staged(s, g, b0, h);
-            else load_input(s, g, b0, h);
-            __syncthreads(); // also orders the previous pair's stage 4 (reads y) before this stage 1 (writes y), and
-                             // this pair's reads of the raw buffers before the next pair's copies into them
-            if (g.staged && pair + 1 < last) prefetch(s, g, b0 + 2, h);
-            stage1(s, warp);
+        for (int pair0 = first; pair0 < last; pair0 += SLOTS) {
+            if (g.staged) load_staged(s, g, pair0, last, h);
+            else load_input(s, g, pair0, last, h);
+            __syncthreads(); // also orders the previous group's stage 4 (reads y) before this stage 1 (writes y), and
+                             // this group's reads of the raw buffers before the next group's copies into them
+            if (g.staged && pair0 + SLOTS < last) prefetch(s, g, pair0 + SLOTS, last, h);
+            stage1(s, q, warp);
             __syncthreads();
-            stage2(s, warp);
+            stage2(s, q, warp);
             __syncthreads();
-            stage3(s, warp);
-            __syncthreads(); // the next pair's load rewrites x, which stage 3 read
-            stage4(s, g, b0, h, warp);
+            stage3(s, q, warp);
+            __syncthreads(); // the next group's load rewrites x, which stage 3 read
+            stage4(s, g, rows_of(g, pair0, q, last, h), q, warp);
         }
     }
 };
