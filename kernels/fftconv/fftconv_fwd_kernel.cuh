@@ -45,11 +45,13 @@ template <typename T, int L> struct fftconv_fwd {
     using tile_b = rt<T, TILE_DIM, TILE_DIM, col_l>;  // a B operand
     using acc = rt_fl<TILE_DIM, TILE_DIM>;
 
-    // Output tiles of one pair's stages 1 to 3 (stage 4 computes the kept half of the rows only).
+    // Output tiles of one pair's stages 1 to 3, and of stage 4 (the kept half of the rows only).
     static constexpr int TILES = (N1 / TILE_DIM) * (N2 / TILE_DIM);
-    // A block has 8 warps (16 at L = 8192, below); where one pair has fewer tiles than that (L <= 1024), the block
-    // transforms SLOTS pairs side by side, each on its own planes and WARPS / SLOTS warps.
-    static constexpr int SLOTS = TILES >= 8 ? 1 : 8 / TILES;
+    static constexpr int KEPT_TILES = (HALF_ROWS / TILE_DIM) * (N2 / TILE_DIM);
+    // A block has 8 warps (16 at L = 8192, below); where one pair's stage 4 has fewer tiles than that (L <= 2048), the
+    // block transforms SLOTS pairs side by side, each on its own planes and WARPS / SLOTS warps, so that no warp idles
+    // in stage 4 while the others finish (the stages are separated by block barriers).
+    static constexpr int SLOTS = KEPT_TILES >= 8 ? 1 : 8 / KEPT_TILES;
 
     // The next pairs' raw rows (u, and the pregate where there is room), copied by cp.async while the current ones
     // transform: a pair's input then no longer waits on global memory at the start of its stage 1.
@@ -330,7 +332,6 @@ template <typename T, int L> struct fftconv_fwd {
     // 4. E = conj(F_N1) D, rows n1 < HALF_ROWS: the real part is y_b0, the imaginary part y_b0+1 (times the
     // postgates), sample n = N2 n1 + n2 kept while n < N.
     __device__ static inline void stage4(shared_block &s, const globals &g, const slot_rows &rows, int q, int warp) {
-        constexpr int KEPT_TILES = (HALF_ROWS / TILE_DIM) * (N2 / TILE_DIM);
         if (!rows.first) return; // a slot past the block's last pair
         for (int t = warp; t < KEPT_TILES; t += SLOT_WARPS) {
             const int tr = t / (N2 / TILE_DIM) * TILE_DIM, tc = t % (N2 / TILE_DIM) * TILE_DIM;
