@@ -17,6 +17,7 @@ from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 from tk_ops.reference.based import feature_map
 
 from ..util import cpu_linear, empty as t, read_in_place, skip_unless_built
+from .example_loader import load_example
 
 F = 273
 
@@ -651,18 +652,7 @@ def test_step_refuses_a_state_in_a_graph(built):
 
 @pytest.fixture(scope="module")
 def train_based():
-    import importlib.util
-    import sys
-    from pathlib import Path
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    sys.path.insert(0, str(examples))
-    try:
-        spec = importlib.util.spec_from_file_location("train_based", examples / "train_based.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(examples))
+    yield from load_example("train_based")
 
 
 @pytest.mark.parametrize("n, chunk", [(1, 64), (64, 64), (150, 64), (203, 32)])

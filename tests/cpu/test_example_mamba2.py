@@ -1,9 +1,6 @@
 """examples/train_mamba2.py without a GPU: its PyTorch scan (the peer the tk_ops model trains against) equals the
 float64 reference, forward and gradients; the twin models share parameter names; the PyTorch model trains on the CPU."""
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,19 +8,13 @@ import torch
 import tk_ops
 from tk_ops.reference.mamba2 import mamba2_chunk_scan as reference
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from .example_loader import load_example
+
 
 
 @pytest.fixture(scope="module")
 def example():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location("train_mamba2", EXAMPLES / "train_mamba2.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    yield from load_example("train_mamba2")
 
 
 def scan_inputs(b, l, h, g, p, n, seed):

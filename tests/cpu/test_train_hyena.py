@@ -2,10 +2,7 @@
 the float64 reference, forward and gradients; the twin models share their parameters' names and values; the PyTorch
 model trains on the CPU."""
 import copy
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,21 +10,15 @@ import torch
 import tk_ops
 from tk_ops.reference.fftconv import fftconv as reference
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from .example_loader import load_example
+
 LEAVES = ("u", "k", "pregate", "postgate")
 GATES = {"none": (), "pre": ("pregate",), "post": ("postgate",), "both": ("pregate", "postgate")}
 
 
 @pytest.fixture(scope="module")
 def example():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location("train_hyena", EXAMPLES / "train_hyena.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    yield from load_example("train_hyena")
 
 
 def conv_inputs(b, h, n, nk, gates, seed):
