@@ -39,9 +39,10 @@ enum class dtype { bf16, fp16 };
 //   i + diag - left <= j <= i + diag + right,   diag = kv_len - q_len
 // (bottom-right aligned, FlashAttention's convention), besides 0 <= j < kv_len. A side at WINDOW_UNLIMITED (or more)
 // has no limit: causal attention is right = 0; a sliding window sets left too. Any limit past the sequence ends
-// works as unlimited, so the binding clamps the sides to this value, which keeps row + diag +- side inside int32
-// (rows and key counts are below 2^30).
+// works as unlimited, so the binding clamps the sides to this value; with sequences shorter than MAX_SEQ_LEN, row +
+// diag +- side stays inside int32 (masking.cuh).
 constexpr int WINDOW_UNLIMITED = 1 << 30;
+constexpr int MAX_SEQ_LEN = 1 << 28; // query and key rows per sequence (packed: in all), exclusive
 struct band {
     int left = WINDOW_UNLIMITED, right = WINDOW_UNLIMITED;
     constexpr bool limited() const { return left < WINDOW_UNLIMITED || right < WINDOW_UNLIMITED; }
@@ -52,6 +53,7 @@ struct band {
 // The compile-time choices of a kernel beyond its element type and head dimension.
 struct variant {
     bool banded = false;      // band limited on some side: masks per row, and skips whole tiles outside the band
+    bool left_edge = false;   // banded with a left limit (a sliding window): masks test that edge too
     bool softcap = false;     // scores s become softcap * tanh(s / softcap) before the softmax
     bool narrow_tail = false; // forward only: a consumer's last tile runs as the narrowest product (attn_fwd)
     bool varlen = false;      // packed documents (varlen_layout), each its own sequence
@@ -78,6 +80,12 @@ struct varlen_layout {
         return lo;
     }
     __device__ inline int doc_of_block(int block) const { return doc_of(blocks_q, block); }
+    // The backward's row buffers give each document's query rows their own run of whole BWD_ROW_PAD-row blocks
+    // (blocks_q at that block size): padded row i holds the packed query row returned, or none (-1: padding).
+    __device__ inline int packed_row(int i, int pad_rows) const {
+        const int d = doc_of(blocks_q, i / pad_rows), j = i - blocks_q[d] * pad_rows;
+        return j < q[d + 1] - q[d] ? q[d] + j : -1;
+    }
 };
 // Query rows per forward task (attn_fwd's BLOCK_Q): the block size of varlen_layout::blocks_q for the forward.
 constexpr int FWD_BLOCK_Q = 192;
@@ -128,6 +136,10 @@ struct bwd_problem {
     float scale;
     float softcap;
     dtype type;
+    // Packed documents, as in fwd_problem (o and dout packed like q); the layout prepared with BWD_ROW_PAD-row query
+    // blocks and BWD_BLOCK_K-key blocks.
+    bool varlen = false;
+    varlen_layout docs{};
     // Optional, for dQ converted inside the main kernel: the output, and bwd_scratch(*this).ints ints of scratch
     // that the preparation zeroes. Without them (sync null) backward_convert_dq converts all of dQ.
     out4 dq{};
@@ -154,14 +166,15 @@ inline bool bwd_heaviest_first(const bwd_problem &p) {
 // Whether this call converts dQ in the main kernel (scratch given). Not in heaviest-first order: every head's last
 // task then runs in the final round, so nothing is complete before the end and counting the tasks only costs.
 inline bool bwd_converts_in_kernel(const bwd_problem &p) {
-    return bwd_kernel_converts_dq(p.head_dim) && p.sync && p.dq.ptr && !bwd_heaviest_first(p);
+    return bwd_kernel_converts_dq(p.head_dim) && p.sync && p.dq.ptr && !bwd_heaviest_first(p) && !p.varlen;
 }
 
 // Sizes of the backward's scratch buffers, and where each part of the int scratch (`sync`) sits. The int scratch
 // serves the in-kernel dQ conversion: one completion count per (batch, kv head), the next unclaimed item, and one
 // flag per item.
 struct bwd_scratch_layout {
-    int rows;                // query rows per head in the row buffers and the accumulator: padded_q_len(q_len)
+    int rows;                // query rows per head in the row buffers and the accumulator: padded_q_len(q_len), plus
+                             // (packed documents) a block per document for each one's own padding
     int64_t row_floats;      // lse2 and delta, each: (batch, q_heads, rows)
     int64_t dq_floats;       // the dQ accumulator: (batch, q_heads, rows, head_dim), transposed or not
     int64_t convert_items;   // dQ conversion items: batch * q_heads * rows / BWD_CONVERT_ROWS
@@ -169,9 +182,9 @@ struct bwd_scratch_layout {
     int64_t done, next_item, converted; // int offsets: counts [batch * kv_heads], one int, flags [convert_items]
     int64_t ints;            // the int scratch in all
 };
-inline bwd_scratch_layout bwd_scratch(int batch, int q_heads, int kv_heads, int q_len, int head_dim) {
+inline bwd_scratch_layout bwd_scratch(int batch, int q_heads, int kv_heads, int q_len, int head_dim, int documents = 0) {
     bwd_scratch_layout s{};
-    s.rows = padded_q_len(q_len);
+    s.rows = padded_q_len(q_len) + documents * BWD_ROW_PAD;
     s.row_floats = int64_t(batch) * q_heads * s.rows;
     s.dq_floats = s.row_floats * head_dim;
     s.items_per_head = s.rows / BWD_CONVERT_ROWS;
@@ -183,7 +196,7 @@ inline bwd_scratch_layout bwd_scratch(int batch, int q_heads, int kv_heads, int 
     return s;
 }
 inline bwd_scratch_layout bwd_scratch(const bwd_problem &p) {
-    return bwd_scratch(p.batch, p.q_heads, p.kv_heads, p.q_len, p.head_dim);
+    return bwd_scratch(p.batch, p.q_heads, p.kv_heads, p.q_len, p.head_dim, p.varlen ? p.docs.count : 0);
 }
 // The sizes binding.cpp allocates by.
 inline int64_t dq_accum_floats(const bwd_problem &p) { return bwd_scratch(p).dq_floats; }

@@ -78,7 +78,7 @@ template <typename T, int D, variant V> struct attn_bwd {
     // Blocks that run out of tasks convert dQ of the (batch, kv head)s whose tasks have all finished (attention.h):
     // the conversion pass then reads only what is left, and the tail of the grid, where SMs wait for the last tasks,
     // does the rest. Rows only: the transposed accumulator (D = 64) would need its own pass through shared memory.
-    static constexpr bool CONVERT_IN_KERNEL = bwd_kernel_converts_dq(D);
+    static constexpr bool CONVERT_IN_KERNEL = bwd_kernel_converts_dq(D) && !V.varlen;
     struct dq_conversion {
         bwd_sync sync; // the int scratch (attention.h); sync.done null: this call converts nothing in the kernel
         const float *accum = nullptr;
@@ -101,6 +101,7 @@ template <typename T, int D, variant V> struct attn_bwd {
         float scale_log2; // scale * log2(e); with a softcap, softcap * log2(e)
         float inv_cap;    // with a softcap: scale / softcap
         dq_conversion convert;
+        varlen_layout docs; // variant::varlen: the packed documents (q_len, kv_len: the total rows; k_blocks a bound)
     };
     struct input_block {
         q_tile q, dout;
@@ -133,6 +134,9 @@ template <typename T, int D, variant V> struct attn_bwd {
     };
     struct task {
         int id, b, kv_head, k_block, first_q_tile, q_tiles_seen, iters;
+        int q_len, kv_len;    // of this task's sequence (a packed document's own lengths)
+        int q_start, k_start; // its first query and key rows in the packed rows (0 unless varlen)
+        int q_pad_tile;       // its first query tile in the row buffers and the dQ accumulator (0 unless varlen)
     };
 
     // Block x runs tasks x, x + grid, ... and every other round of `grid` tasks runs backwards (as in the
@@ -144,28 +148,44 @@ template <typename T, int D, variant V> struct attn_bwd {
     // the work, so there (heaviest_first) the order is by key block across heads: block 0 of every head, then
     // block 1, ... Short sequences keep the head-major order, and with many heads the heaviest-first order loses
     // again, so the launch uses it only for fewer than 32 (batch, kv head)s (attention.h; docs/attention.md).
+    // Packed documents: the key blocks of all documents, in order, stand where one sequence's blocks would (their
+    // count is on the device; the host's num_tasks bounds it).
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
-        if (id >= g.num_tasks) return false;
+        const int k_blocks = V.varlen ? g.docs.blocks_k[g.docs.count] : g.k_blocks;
+        const int num_tasks = V.varlen ? k_blocks * g.kv_heads : g.num_tasks;
+        if (id >= num_tasks) return false;
         const int grid = gridDim.x, round = id / grid;
         int slot = id - round * grid;
-        if (round & 1) slot = min(grid, g.num_tasks - round * grid) - 1 - slot;
+        if (round & 1) slot = min(grid, num_tasks - round * grid) - 1 - slot;
         const int order = round * grid + slot;
         int bh;
         if (V.banded && g.heaviest_first) {
-            const int heads = g.num_tasks / g.k_blocks;
+            const int heads = num_tasks / k_blocks;
             t.k_block = order / heads;
             bh = order - t.k_block * heads;
         } else {
-            bh = order / g.k_blocks;
-            t.k_block = order - bh * g.k_blocks;
+            bh = order / k_blocks;
+            t.k_block = order - bh * k_blocks;
         }
         t.id = id;
         t.b = bh / g.kv_heads;
         t.kv_head = bh - t.b * g.kv_heads;
+        t.q_len = g.q_len;
+        t.kv_len = g.kv_len;
+        t.q_start = t.k_start = t.q_pad_tile = 0;
+        if constexpr (V.varlen) {
+            const int doc = g.docs.doc_of(g.docs.blocks_k, t.k_block);
+            t.k_block -= g.docs.blocks_k[doc];
+            t.q_start = g.docs.q[doc];
+            t.q_len = g.docs.q[doc + 1] - t.q_start;
+            t.k_start = g.docs.k[doc];
+            t.kv_len = g.docs.k[doc + 1] - t.k_start;
+            t.q_pad_tile = g.docs.blocks_q[doc] * (BWD_ROW_PAD / BLOCK_Q);
+        }
         t.first_q_tile = 0;
-        t.q_tiles_seen = g.q_tiles;
+        t.q_tiles_seen = (t.q_len + BLOCK_Q - 1) / BLOCK_Q;
         if constexpr (V.banded) {
-            const index_range rows = rows_seeing(t.k_block * BLOCK_K, (t.k_block + 1) * BLOCK_K - 1, g.q_len, g.kv_len, g.window);
+            const index_range rows = rows_seeing(t.k_block * BLOCK_K, (t.k_block + 1) * BLOCK_K - 1, t.q_len, t.kv_len, g.window);
             t.first_q_tile = rows.empty() ? 0 : rows.first / BLOCK_Q;
             t.q_tiles_seen = rows.empty() ? 0 : rows.last / BLOCK_Q - t.first_q_tile + 1;
         }
@@ -183,10 +203,11 @@ template <typename T, int D, variant V> struct attn_bwd {
         int h, qt;
         tile_of(p.g, p.task, p.iter, h, qt);
         tma::expect<q_tile, q_tile, row_vec, row_vec>(p.arrived);
-        tma::load_async(p.input.q, p.g.q, {p.task.b, h, qt, 0}, p.arrived);
-        tma::load_async(p.input.dout, p.g.dout, {p.task.b, h, qt, 0}, p.arrived);
-        tma::load_async(p.input.lse2, p.g.lse2, {0, p.task.b, h, qt}, p.arrived);
-        tma::load_async(p.input.delta, p.g.delta, {0, p.task.b, h, qt}, p.arrived);
+        const row_coord rows{p.task.b, h, p.task.q_start + qt * BLOCK_Q, 0};
+        tma::load_async(p.input.q, p.g.q, rows, p.arrived);
+        tma::load_async(p.input.dout, p.g.dout, rows, p.arrived);
+        tma::load_async(p.input.lse2, p.g.lse2, {0, p.task.b, h, p.task.q_pad_tile + qt}, p.arrived);
+        tma::load_async(p.input.delta, p.g.delta, {0, p.task.b, h, p.task.q_pad_tile + qt}, p.arrived);
     }
 
     __device__ static inline void consumers_sync() { group<2 * WARPGROUP_WARPS>::sync(CONSUMERS_BARRIER); }
@@ -205,8 +226,9 @@ template <typename T, int D, variant V> struct attn_bwd {
             const int row_tile = c.task.k_block * NUM_CONSUMERS + c.consumer;
             tma::store_async_read_wait(); // the previous task's dK and dV stores have read these tiles
             tma::expect<kv_tile, kv_tile>(arrived);
-            tma::load_async(c.output.k[c.consumer], c.g.k, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
-            tma::load_async(c.output.v[c.consumer], c.g.v, {c.task.b, c.task.kv_head, row_tile, 0}, arrived);
+            const row_coord keys{c.task.b, c.task.kv_head, c.task.k_start + row_tile * KEYS, 0};
+            tma::load_async(c.output.k[c.consumer], c.g.k, keys, arrived);
+            tma::load_async(c.output.v[c.consumer], c.g.v, keys, arrived);
             if constexpr (CONVERT_IN_KERNEL) count_done(c.g, c.state); // while K and V are on their way
         }
         c.state.last_kv_head = c.task.b * c.g.kv_heads + c.task.kv_head;
@@ -221,7 +243,7 @@ template <typename T, int D, variant V> struct attn_bwd {
     // `q0` the query of column 0. With MASK, keys past kv_len (zero rows TMA filled in) and keys outside a query's
     // band get P = 0.
     template <bool MASK>
-    __device__ static inline void gradients(const globals &g, const input_block &in, const rt_fl<16, BLOCK_Q> &s,
+    __device__ static inline void gradients(const globals &g, const task &t, const input_block &in, const rt_fl<16, BLOCK_Q> &s,
                                             const rt_fl<16, BLOCK_Q> &dp, rt<T, 16, BLOCK_Q> &p_out,
                                             rt<T, 16, BLOCK_Q> &ds_out, int key0, int q0) {
         using T2 = typename rt<T, 16, BLOCK_Q>::T2;
@@ -231,9 +253,9 @@ template <typename T, int D, variant V> struct attn_bwd {
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int key = key0 + lane_row(0, half);
-                seen_by[half] = key >= g.kv_len ? index_range{1, 0}
-                              : V.banded        ? rows_seeing(key, key, g.q_len, g.kv_len, g.window)
-                                                : index_range{0, g.q_tiles * BLOCK_Q};
+                seen_by[half] = key >= t.kv_len ? index_range{1, 0}
+                              : V.banded        ? rows_seeing(key, key, t.q_len, t.kv_len, g.window)
+                                                : index_range{0, t.q_tiles_seen * BLOCK_Q};
                 seen_by[half].first -= q0;
                 seen_by[half].last -= q0;
             }
@@ -294,12 +316,12 @@ template <typename T, int D, variant V> struct attn_bwd {
 
         const int key0 = c.task.k_block * BLOCK_K + e * KEYS;
         const int q0 = qt * BLOCK_Q;
-        const bool ragged = key0 + KEYS > c.g.kv_len;
-        const bool edge = V.banded && tile_needs_mask(q0, q0 + BLOCK_Q - 1, key0, key0 + KEYS - 1, c.g.q_len, c.g.kv_len, c.g.window);
+        const bool ragged = key0 + KEYS > c.task.kv_len;
+        const bool edge = V.banded && tile_needs_mask(q0, q0 + BLOCK_Q - 1, key0, key0 + KEYS - 1, c.task.q_len, c.task.kv_len, c.g.window);
         rt<T, 16, BLOCK_Q> p, ds;
         const int warp_key0 = key0 + warpgroup::warp_row0();
-        if (ragged || edge) gradients<true>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
-        else gradients<false>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
+        if (ragged || edge) gradients<true>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0);
+        else gradients<false>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0);
         warpgroup::mma_AB(c.state.dv, p, c.input.dout);
         warpgroup::mma_AB(c.state.dk, ds, c.input.q);
         // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
@@ -338,7 +360,8 @@ template <typename T, int D, variant V> struct attn_bwd {
         if (warpgroup::laneid() == 0) {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const coord at = DQ_TRANSPOSED ? coord{c.task.b, h, 0, qt * 2 + j} : coord{c.task.b, h, qt, j};
+                const int tile = c.task.q_pad_tile + qt;
+                const coord at = DQ_TRANSPOSED ? coord{c.task.b, h, 0, tile * 2 + j} : coord{c.task.b, h, tile, j};
                 tma::store_add_async(c.g.dq, c.output.dq[e][j], at);
             }
             tma::store_commit_group();
@@ -410,7 +433,8 @@ template <typename T, int D, variant V> struct attn_bwd {
     }
 
     // dK and dV of this consumer's 64 keys, staged in its K and V tiles and written by two TMA stores (which clip
-    // rows past kv_len). The barrier first: the other consumer's last dQ product reads this consumer's K.
+    // rows past kv_len; a packed document's last rows go by plain stores that stop at its end). The barrier first:
+    // the other consumer's last dQ product reads this consumer's K.
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
         const int e = c.consumer, row_tile = c.task.k_block * NUM_CONSUMERS + e;
         if (c.state.dq_pending) dq_step(c, c.state.steps - 1, c.state.pending_head, c.state.pending_q_tile);
@@ -424,9 +448,18 @@ template <typename T, int D, variant V> struct attn_bwd {
         warpgroup::store(c.output.v[e], out);
         tma::store_fence();
         warpgroup::sync(e + 1);
-        if (warpgroup::laneid() == 0 && row_tile * KEYS < c.g.kv_len) {
-            tma::store_async(c.g.dk, c.output.k[e], {c.task.b, c.task.kv_head, row_tile, 0});
-            tma::store_async(c.g.dv, c.output.v[e], {c.task.b, c.task.kv_head, row_tile, 0});
+        const int key0 = row_tile * KEYS;
+        if (key0 >= c.task.kv_len) return;
+        const row_coord keys{c.task.b, c.task.kv_head, c.task.k_start + key0, 0};
+        if (V.varlen && key0 + KEYS > c.task.kv_len) {
+            warpgroup::store_rows(c.g.dk, c.output.k[e], keys, c.task.kv_len - key0);
+            warpgroup::store_rows(c.g.dv, c.output.v[e], keys, c.task.kv_len - key0);
+            async_proxy_fence(); // these reads of the tiles before the next task's TMA loads into them
+            return;
+        }
+        if (warpgroup::laneid() == 0) {
+            tma::store_async(c.g.dk, c.output.k[e], keys);
+            tma::store_async(c.g.dv, c.output.v[e], keys);
             tma::store_commit_group();
         }
     }

@@ -17,15 +17,17 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     static_assert(K::BLOCK_K == BWD_BLOCK_K, "attention.h's task rules assume BWD_BLOCK_K keys per task");
     const bwd_scratch_layout scratch = bwd_scratch(p);
     // Keyed exactly by what the TMA maps encode: pointers, shapes and the strides of every mapped tensor.
-    static tk_kernels::globals_cache<G, 24> cache;
-    const typename tk_kernels::globals_cache<G, 24>::key_t key = {
+    // (The document count of packed documents sizes the row buffers and bounds the tasks.)
+    static tk_kernels::globals_cache<G, 25> cache;
+    const typename tk_kernels::globals_cache<G, 25>::key_t key = {
         uint64_t(p.q.ptr), uint64_t(p.k.ptr), uint64_t(p.v.ptr), uint64_t(p.dout.ptr), uint64_t(p.lse2),
         uint64_t(p.delta), uint64_t(p.dq_accum), uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.kv_heads),
         uint64_t(p.q_len), uint64_t(p.kv_len),
         uint64_t(p.q.stride_b), uint64_t(p.q.stride_h), uint64_t(p.q.stride_n),
         uint64_t(p.k.stride_b), uint64_t(p.k.stride_h), uint64_t(p.k.stride_n),
         uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n),
-        uint64_t(p.dout.stride_b), uint64_t(p.dout.stride_h), uint64_t(p.dout.stride_n)};
+        uint64_t(p.dout.stride_b), uint64_t(p.dout.stride_h), uint64_t(p.dout.stride_n),
+        uint64_t(p.varlen ? p.docs.count : -1)};
     G g = cache.get(key, [&] {
         auto ptr = [](const void *x) { return reinterpret_cast<T *>(const_cast<void *>(x)); };
         const int D = p.head_dim, rows = scratch.rows;
@@ -39,8 +41,10 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
         const int64_t head_floats = int64_t(rows) * D; // the dense accumulator, see attention.h
         typename K::dq_gl dq = K::DQ_TRANSPOSED
             ? typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, D, rows, p.q_heads * head_floats, head_floats, rows)
-            : typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, p.q_len, D, p.q_heads * head_floats, head_floats, D);
-        const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K;
+            : typename K::dq_gl(p.dq_accum, p.batch, p.q_heads, p.varlen ? rows : p.q_len, D, p.q_heads * head_floats,
+                                head_floats, D);
+        // Packed documents: a bound on their key blocks (each adds at most one partial block); get_task reads the count.
+        const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K + (p.varlen ? p.docs.count : 0);
         const bool heaviest_first = bwd_heaviest_first(p);
         return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
                  rows / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, heaviest_first, p.window, 0.f, 0.f, 0.f};
@@ -50,6 +54,7 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     // Fields that no TMA map encodes are set per call.
     g.scale = p.scale;
     g.window = p.window;
+    g.docs = p.docs;
     g.heaviest_first = bwd_heaviest_first(p);
     g.scale_log2 = (p.softcap > 0.f ? p.softcap : p.scale) * kittens::LOG2E; // as the forward's (masking.cuh)
     g.inv_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
@@ -68,9 +73,13 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     return kittens::lcsf::launch_kernel<K, &attn_bwd_kernel<K>, kittens::lcsf::shared_bytes<K>()>(g, g.num_tasks, stream);
 }
 
+template <typename T, int D, bool SOFTCAP, bool VARLEN> cudaError_t backward_variant(const bwd_problem &p, cudaStream_t stream) {
+    if (p.window.limited())
+        return launch_backward<attn_bwd<T, D, variant{.banded = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
+    return launch_backward<attn_bwd<T, D, variant{.softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
+}
 template <typename T, int D, bool SOFTCAP> cudaError_t backward_capped(const bwd_problem &p, cudaStream_t stream) {
-    if (p.window.limited()) return launch_backward<attn_bwd<T, D, variant{.banded = true, .softcap = SOFTCAP}>>(p, stream);
-    return launch_backward<attn_bwd<T, D, variant{.softcap = SOFTCAP}>>(p, stream);
+    return p.varlen ? backward_variant<T, D, SOFTCAP, true>(p, stream) : backward_variant<T, D, SOFTCAP, false>(p, stream);
 }
 template <typename T, int D> cudaError_t backward_typed(const bwd_problem &p, cudaStream_t stream) {
     return p.softcap > 0.f ? backward_capped<T, D, true>(p, stream) : backward_capped<T, D, false>(p, stream);

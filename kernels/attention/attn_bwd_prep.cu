@@ -22,10 +22,12 @@ __device__ __forceinline__ int64_t chunk_at(const tensor4 &t, int64_t b, int64_t
     return (b * t.stride_b + h * t.stride_h + row * t.stride_n) / 8 + part;
 }
 
-// One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp.
+// One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp. Packed
+// documents (`docs` non-null): padded row i of a head holds the packed row docs->packed_row(i) (batch 1).
 template <typename T2, int D>
 __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *lse2, float *delta, float *dq_accum,
-                             int *sync, int64_t sync_ints, int q_heads, int q_len, int padded_len, int64_t rows) {
+                             int *sync, int64_t sync_ints, int q_heads, int q_len, int padded_len, int64_t rows,
+                             varlen_layout docs, bool varlen) {
     constexpr int PARTS = D / 8;
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (id < sync_ints) sync[id] = 0; // the in-kernel dQ conversion's counts and flags
@@ -36,8 +38,9 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
     const int64_t row = id / PARTS; // in the padded (batch * heads, padded_len) grid
     const int part = int(id % PARTS);
     const int64_t head = row / padded_len;
-    const int i = int(row - head * padded_len);
-    const bool real = row < rows && i < q_len;
+    int i = int(row - head * padded_len); // the query row in the sequence (packed: in all documents)
+    if (varlen && row < rows) i = docs.packed_row(i, BWD_ROW_PAD);
+    const bool real = row < rows && i >= 0 && i < q_len;
     float sum = 0.f;
     if (real) {
         const int64_t batch = head / q_heads, q_head = head % q_heads;
@@ -71,7 +74,8 @@ template <typename T2, int D> cudaError_t launch(const bwd_problem &p, cudaStrea
     const int64_t sync_ints = bwd_converts_in_kernel(p) ? scratch.ints : 0;
     if (blocks > 0x7fffffff || sync_ints > threads) return cudaErrorInvalidValue;
     prepare_rows<T2, D><<<unsigned(blocks), BLOCK, 0, stream>>>(
-        p.o, p.dout, p.lse, p.lse2, p.delta, p.dq_accum, p.sync, sync_ints, p.q_heads, p.q_len, scratch.rows, rows);
+        p.o, p.dout, p.lse, p.lse2, p.delta, p.dq_accum, p.sync, sync_ints, p.q_heads, p.q_len, scratch.rows, rows,
+        p.docs, p.varlen);
     return cudaGetLastError();
 }
 

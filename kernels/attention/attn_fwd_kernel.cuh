@@ -215,7 +215,7 @@ template <typename T, int D, variant V> struct attn_fwd {
                 const int row = warp_row0 + lane_row(0, half);
                 keys[half] = V.banded ? keys_seen(row, row, q_len, kv_len, g.window) : index_range{0, kv_len - 1};
             }
-            mask_scores(s, key0, keys);
+            mask_scores<V.left_edge>(s, key0, keys);
         }
         float rescale[2];
         if (softmax_step(s, c.state.stats, c.g.scale_log2, rescale)) scale_rows(c.state.o, rescale);
@@ -287,7 +287,8 @@ template <typename T, int D, variant V> struct attn_fwd {
         if (V.varlen && row0 + Q_ROWS > c.task.q_len) {
             warpgroup::sync(c.consumer + 1);
             warpgroup::store_rows(c.g.o, staging, at, c.task.q_len - row0);
-            return; // the next setup's barrier orders these reads of the slot before its reuse
+            async_proxy_fence(); // these reads of the slot before TMA loads into it again (after the next setup's barrier)
+            return;
         }
         async_proxy_fence();
         warpgroup::sync(c.consumer + 1);

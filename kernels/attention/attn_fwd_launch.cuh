@@ -79,6 +79,8 @@ template <typename T, int D, bool SOFTCAP, bool VARLEN> cudaError_t forward_vari
     if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP && !VARLEN) {
         if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, variant{.banded = true, .narrow_tail = true}>>(p, stream);
     }
+    if (p.window.left < WINDOW_UNLIMITED)
+        return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
     return launch_forward<attn_fwd<T, D, variant{.banded = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
 }
 template <typename T, int D, bool SOFTCAP> cudaError_t forward_capped(const fwd_problem &p, cudaStream_t stream) {

@@ -55,18 +55,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> call_bwd(const at::Tensor &q, con
     return op.call(q, k, v, o, dout, lse, opt.causal, opt.scale, opt.window_left, opt.window_right, opt.softcap);
 }
 
-// (dQ, dK) in fp32 of sum_i grad_lse_i * LSE_i (see the top of the file).
-std::tuple<at::Tensor, at::Tensor> lse_term(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                            const at::Tensor &lse, const at::Tensor &grad_lse, const options &opt) {
+// (dQ, dK) in fp32 of sum_i grad_lse_i * LSE_i (see the top of the file). `grad_rows` is grad_lse laid out like q's
+// rows (q's shape without the head dimension); backward(v', o', dout') is one backward call with those replaced.
+template <typename Backward>
+std::tuple<at::Tensor, at::Tensor> lse_term(const at::Tensor &q, const at::Tensor &v, const at::Tensor &grad_rows,
+                                            Backward &&backward) {
     const c10::SymInt d = q.sym_size(-1);
-    const at::Tensor g = grad_lse.to(at::kFloat);
+    const at::Tensor g = grad_rows.to(at::kFloat);
     const at::Tensor m = g.abs().amax().clamp_min(FLT_MIN);
     const at::Tensor dout = at::constant_pad_nd_symint((g / m).to(q.scalar_type()).unsqueeze(-1), {0, d - 1});
     c10::SymDimVector unit_shape(v.sym_sizes().begin(), v.sym_sizes().end());
     unit_shape.back() = 1;
     const at::Tensor v_unit = at::constant_pad_nd_symint(at::ones_symint(unit_shape, v.options()), {0, d - 1});
-    const auto [dq, dk, dv_unused] = call_bwd(q, k, v_unit, at::zeros_like(dout), dout, lse, opt);
+    const auto [dq, dk, dv_unused] = backward(v_unit, at::zeros_like(dout), dout);
     return {dq.to(at::kFloat) * m, dk.to(at::kFloat) * m};
+}
+
+// The gradients of (O, LSE) from the saved tensors: backward(v, o, dout) is the op's backward call.
+template <typename Backward>
+variable_list gradients(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                        const at::Tensor &o, const at::Tensor &grad_out, const at::Tensor &grad_lse_rows,
+                        Backward &&backward) {
+    // Gradients of gradients are not supported by the kernels; outside create_graph, skip the autograd layer.
+    std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+    if (!at::GradMode::is_enabled()) below_autograd.emplace();
+    at::Tensor dq, dk, dv;
+    if (grad_out.defined()) {
+        std::tie(dq, dk, dv) = backward(v, o, grad_out);
+    } else {
+        dv = at::zeros_like(v, at::MemoryFormat::Contiguous);
+    }
+    if (grad_lse_rows.defined() && grad_lse_rows.sym_numel() > 0) {
+        auto [lq, lk] = lse_term(q, v, grad_lse_rows, backward);
+        dq = (dq.defined() ? dq.to(at::kFloat) + lq : lq).to(q.scalar_type());
+        dk = (dk.defined() ? dk.to(at::kFloat) + lk : lk).to(k.scalar_type());
+    }
+    return {ctx->needs_input_grad(0) ? dq : at::Tensor(), ctx->needs_input_grad(1) ? dk : at::Tensor(),
+            ctx->needs_input_grad(2) ? dv : at::Tensor()};
 }
 
 struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
@@ -92,24 +117,12 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         const options opt{ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toOptional<double>(),
                           ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
                           ctx->saved_data["softcap"].toDouble()};
-        const at::Tensor &grad_out = grads[0], &grad_lse = grads[1];
-        // Gradients of gradients are not supported by the kernels; outside create_graph, skip the autograd layer.
-        std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
-        if (!at::GradMode::is_enabled()) below_autograd.emplace();
-        at::Tensor dq, dk, dv;
-        if (grad_out.defined()) {
-            std::tie(dq, dk, dv) = call_bwd(q, k, v, o, grad_out, lse, opt);
-        } else {
-            dv = at::zeros_like(v, at::MemoryFormat::Contiguous);
-        }
-        if (grad_lse.defined() && grad_lse.sym_numel() > 0) {
-            auto [lq, lk] = lse_term(q, k, v, lse, grad_lse, opt);
-            dq = (dq.defined() ? dq.to(at::kFloat) + lq : lq).to(q.scalar_type());
-            dk = (dk.defined() ? dk.to(at::kFloat) + lk : lk).to(k.scalar_type());
-        }
-        return {ctx->needs_input_grad(0) ? dq : at::Tensor(), ctx->needs_input_grad(1) ? dk : at::Tensor(),
-                ctx->needs_input_grad(2) ? dv : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-                at::Tensor()};
+        variable_list out = gradients(ctx, q, k, v, o, grads[0], grads[1],
+                                      [&](const at::Tensor &v_, const at::Tensor &o_, const at::Tensor &dout) {
+                                          return call_bwd(q, k, v_, o_, dout, lse, opt);
+                                      });
+        out.resize(8); // no gradient for the options
+        return out;
     }
 };
 
@@ -124,26 +137,82 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_autograd(const at::Tensor &q, c
     return {out[0], out[1]};
 }
 
-// Packed documents: the forward only. A call that would need gradients is refused (rather than returning outputs
-// that silently carry none).
+// Packed documents: the same formula on the varlen ops (LSE is (Hq, total_q), so its gradient is transposed into q's
+// rows for the LSE term).
 using varlen_fwd_fn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                                          const at::Tensor &, const at::Tensor &, int64_t, int64_t, bool,
                                                          scale_t, int64_t, int64_t, double);
+using varlen_bwd_fn = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &,
+    const at::Tensor &, const at::Tensor &, const at::Tensor &, int64_t, int64_t, bool, scale_t, int64_t, int64_t, double);
+
+struct documents {
+    const at::Tensor &cu_q, &cu_k;
+    int64_t max_q, max_k;
+};
+
+std::tuple<at::Tensor, at::Tensor> call_varlen_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                                   const documents &d, const options &o) {
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_varlen_fwd", "").typed<varlen_fwd_fn>();
+    return op.call(q, k, v, d.cu_q, d.cu_k, d.max_q, d.max_k, o.causal, o.scale, o.window_left, o.window_right,
+                   o.softcap);
+}
+
+struct VarlenAttentionFunction : public torch::autograd::Function<VarlenAttentionFunction> {
+    static variable_list forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                                 const at::Tensor &cu_q, const at::Tensor &cu_k, int64_t max_q, int64_t max_k,
+                                 bool causal, scale_t scale, int64_t window_left, int64_t window_right, double softcap) {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        auto [o, lse] = call_varlen_fwd(q, k, v, {cu_q, cu_k, max_q, max_k},
+                                        {causal, scale, window_left, window_right, softcap});
+        ctx->save_for_backward({q, k, v, o, lse, cu_q, cu_k});
+        ctx->saved_data["max_q"] = max_q;
+        ctx->saved_data["max_k"] = max_k;
+        ctx->saved_data["causal"] = causal;
+        ctx->saved_data["scale"] = scale;
+        ctx->saved_data["window_left"] = window_left;
+        ctx->saved_data["window_right"] = window_right;
+        ctx->saved_data["softcap"] = softcap;
+        ctx->set_materialize_grads(false);
+        return {o, lse};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        const variable_list saved = ctx->get_saved_variables();
+        const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4], &cu_q = saved[5],
+                         &cu_k = saved[6];
+        const int64_t max_q = ctx->saved_data["max_q"].toInt(), max_k = ctx->saved_data["max_k"].toInt();
+        const options opt{ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toOptional<double>(),
+                          ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
+                          ctx->saved_data["softcap"].toDouble()};
+        static const auto op =
+            c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_varlen_bwd", "").typed<varlen_bwd_fn>();
+        const at::Tensor &grad_lse = grads[1];
+        variable_list out = gradients(ctx, q, k, v, o, grads[0], grad_lse.defined() ? grad_lse.t() : grad_lse,
+                                      [&](const at::Tensor &v_, const at::Tensor &o_, const at::Tensor &dout) {
+                                          return op.call(q, k, v_, o_, dout, lse, cu_q, cu_k, max_q, max_k, opt.causal,
+                                                         opt.scale, opt.window_left, opt.window_right, opt.softcap);
+                                      });
+        out.resize(12); // no gradient for the offsets and options
+        return out;
+    }
+};
+
 std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_autograd(const at::Tensor &q, const at::Tensor &k,
                                                                  const at::Tensor &v, const at::Tensor &cu_q,
                                                                  const at::Tensor &cu_k, int64_t max_seqlen_q,
                                                                  int64_t max_seqlen_k, bool causal, scale_t scale,
                                                                  int64_t window_left, int64_t window_right,
                                                                  double softcap) {
-    if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
-        throw c10::NotImplementedError(
-            {__func__, __FILE__, uint32_t(__LINE__)},
-            "tk_ops.attention_varlen: the backward on packed documents is not built; call it under torch.no_grad() "
-            "(inference), or use tk_ops.attention on a (batch, heads, seq_len, head_dim) batch for training");
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_varlen_fwd", "").typed<varlen_fwd_fn>();
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left, window_right, softcap);
+    if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        return call_varlen_fwd(q, k, v, {cu_q, cu_k, max_seqlen_q, max_seqlen_k},
+                               {causal, scale, window_left, window_right, softcap});
+    }
+    const variable_list out = VarlenAttentionFunction::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal,
+                                                             scale, window_left, window_right, softcap);
+    return {out[0], out[1]};
 }
 
 } // namespace

@@ -31,6 +31,7 @@ using namespace tk_kernels;
 constexpr const char *ATTENTION = "tk_ops.attention";
 constexpr const char *BACKWARD = "tk_ops.attention backward";
 constexpr const char *VARLEN = "tk_ops.attention_varlen";
+constexpr const char *VARLEN_BACKWARD = "tk_ops.attention_varlen backward";
 
 // ---------------------------------------------------------------- the rules
 
@@ -69,8 +70,8 @@ double qkv_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
     check_input(Hk >= 1 && Hq % Hk == 0, ATTENTION, ": the query heads (", Hq,
                 ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
     // The kernels index tasks and rows with 32-bit integers.
-    check_input(B < (int64_t(1) << 31) && Hq < (int64_t(1) << 31) && Nq < (int64_t(1) << 30) &&
-                    Nk < (int64_t(1) << 30) && B * Hq * ((Nq + 127) / 64) < (int64_t(1) << 31) &&
+    check_input(B < (int64_t(1) << 31) && Hq < (int64_t(1) << 31) && Nq < tk_attention::MAX_SEQ_LEN &&
+                    Nk < tk_attention::MAX_SEQ_LEN && B * Hq * ((Nq + 127) / 64) < (int64_t(1) << 31) &&
                     B * Hk * ((Nk + 127) / 128) < (int64_t(1) << 31),
                 ATTENTION, ": problem too large");
     if (!scale) return 1.0 / std::sqrt(double(D));
@@ -142,12 +143,27 @@ double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &
                 cu_k.sym_size(0), " offsets");
     check_input(max_seqlen_q >= 0 && max_seqlen_k >= 0, VARLEN, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
                 max_seqlen_q, " and ", max_seqlen_k);
-    check_input(q.sym_size(0) < (int64_t(1) << 30) && k.sym_size(0) < (int64_t(1) << 30) &&
+    check_input(q.sym_size(0) < tk_attention::MAX_SEQ_LEN && k.sym_size(0) < tk_attention::MAX_SEQ_LEN &&
                     cu_q.sym_size(0) < (int64_t(1) << 24) && Hq < (int64_t(1) << 16),
                 VARLEN, ": problem too large");
     if (!scale) return 1.0 / std::sqrt(double(D));
     check_input(std::isfinite(*scale), VARLEN, ": scale must be a finite number or None, got ", *scale);
     return *scale;
+}
+
+// The varlen forward's saved O, the incoming dO and the LSE (Hq, total_q), as the forward gave them.
+void varlen_backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &dout, const at::Tensor &lse) {
+    for (const named_tensor &t : {named_tensor{"o", o}, named_tensor{"dout", dout}}) {
+        check_dtype(t.tensor.scalar_type() == q.scalar_type(), VARLEN_BACKWARD, ": ", t.name, " must have q's dtype ",
+                    q.scalar_type(), ", got ", t.tensor.scalar_type());
+        check_input(t.tensor.sym_sizes() == q.sym_sizes(), VARLEN_BACKWARD, ": ", t.name, " must have q's shape ",
+                    q.sym_sizes(), ", got ", t.tensor.sym_sizes());
+    }
+    check_dtype(lse.scalar_type() == at::kFloat, VARLEN_BACKWARD,
+                ": lse must be float32, as the forward returns it, got ", lse.scalar_type());
+    check_input(lse.dim() == 2 && lse.sym_size(0) == q.sym_size(1) && lse.sym_size(1) == q.sym_size(0),
+                VARLEN_BACKWARD, ": lse must be (Hq, total_q) = (", q.sym_size(1), ", ", q.sym_size(0),
+                "), as the forward returns it, got ", lse.sym_sizes());
 }
 
 // A packed (total, heads, D) tensor as the kernels' (1, heads, total, D) view.
@@ -297,39 +313,19 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
     return {o, lse};
 }
 
-// dQ, dK, dV of attention_fwd(q, k, v, causal, scale) given O, dO and the LSE it returned. dK and dV have k's and v's
-// shapes (summed over each kv head's query heads).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
-                                                                  const at::Tensor &v_in, const at::Tensor &o_in,
-                                                                  const at::Tensor &dout_in, const at::Tensor &lse_in,
-                                                                  bool causal, std::optional<double> scale_in,
-    int64_t window_left, int64_t window_right, double softcap) {
-    const double scale = qkv_rules(q_in, k_in, v_in, scale_in);
-    const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
-    backward_rules(q_in, o_in, dout_in, lse_in);
-    check_devices(BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"dout", dout_in}, {"lse", lse_in}});
-    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Hk = k_in.size(1), Nk = k_in.size(2),
-                  D = q_in.size(3);
-
-    const c10::cuda::CUDAGuard guard(q_in.device());
-    at::Tensor dq = empty_like_order(q_in, q_in.scalar_type());
-    at::Tensor dk = empty_like_order(k_in, k_in.scalar_type());
-    at::Tensor dv = empty_like_order(v_in, v_in.scalar_type());
-    if (B == 0 || Hq == 0 || Nq == 0 || Nk == 0) return {dq.zero_(), dk.zero_(), dv.zero_()}; // nothing to differentiate
-    const at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
-    const at::Tensor o = tma_readable_copy(o_in), dout = tma_readable_copy(dout_in);
+// Runs the backward kernels on (B, H, N, D) views the TMA reads (packed documents: p.varlen and p.docs set, batch 1)
+// into dq, dk, dv (views of the outputs). All scratch in one allocation: the float buffers (each a multiple of 128
+// floats, so every part stays 16-byte aligned), then the int scratch of the in-kernel dQ conversion.
+void run_backward(tk_attention::bwd_problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
+                  const at::Tensor &o, const at::Tensor &dout, const at::Tensor &lse_in, tk_attention::band window,
+                  double scale, double softcap, at::Tensor &dq, at::Tensor &dk, at::Tensor &dv, const char *what) {
     const bool lse_ok = lse_in.is_contiguous() && reinterpret_cast<uintptr_t>(lse_in.data_ptr()) % 16 == 0;
     const at::Tensor lse = lse_ok ? lse_in : lse_in.clone(at::MemoryFormat::Contiguous);
-
-    // All scratch in one allocation: the float buffers (each a multiple of 128 floats, so every part stays 16-byte
-    // aligned), then the int scratch of the in-kernel dQ conversion.
-    const tk_attention::bwd_scratch_layout s = tk_attention::bwd_scratch(int(B), int(Hq), int(Hk), int(Nq), int(D));
-    const at::Tensor scratch =
-        at::detail::empty_cuda({2 * s.row_floats + s.dq_floats + s.ints}, at::kFloat, q_in.device(), std::nullopt);
-    float *const floats = scratch.data_ptr<float>();
-
-    tk_attention::bwd_problem p{};
     describe_inputs(p, q, k, v, window, scale, softcap);
+    const tk_attention::bwd_scratch_layout s = tk_attention::bwd_scratch(p);
+    const at::Tensor scratch =
+        at::detail::empty_cuda({2 * s.row_floats + s.dq_floats + s.ints}, at::kFloat, q.device(), std::nullopt);
+    float *const floats = scratch.data_ptr<float>();
     p.o = view_of(o);
     p.dout = view_of(dout);
     p.lse = lse.data_ptr<float>();
@@ -343,7 +339,64 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tens
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     cudaError_t e = tk_attention::backward(p, stream);
     if (e == cudaSuccess) e = tk_attention::backward_convert_dq(p, out_of(dq), stream);
-    check_launch(e, "tk_ops.attention backward kernel");
+    check_launch(e, message(what, " kernel").c_str());
+}
+
+// dQ, dK, dV of attention_fwd(q, k, v, causal, scale) given O, dO and the LSE it returned. dK and dV have k's and v's
+// shapes (summed over each kv head's query heads).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
+                                                                  const at::Tensor &v_in, const at::Tensor &o_in,
+                                                                  const at::Tensor &dout_in, const at::Tensor &lse_in,
+                                                                  bool causal, std::optional<double> scale_in,
+    int64_t window_left, int64_t window_right, double softcap) {
+    const double scale = qkv_rules(q_in, k_in, v_in, scale_in);
+    const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
+    backward_rules(q_in, o_in, dout_in, lse_in);
+    check_devices(BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"dout", dout_in}, {"lse", lse_in}});
+    const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Nk = k_in.size(2);
+
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    at::Tensor dq = empty_like_order(q_in, q_in.scalar_type());
+    at::Tensor dk = empty_like_order(k_in, k_in.scalar_type());
+    at::Tensor dv = empty_like_order(v_in, v_in.scalar_type());
+    if (B == 0 || Hq == 0 || Nq == 0 || Nk == 0) return {dq.zero_(), dk.zero_(), dv.zero_()}; // nothing to differentiate
+    tk_attention::bwd_problem p{};
+    run_backward(p, tma_readable_copy(q_in), tma_readable_copy(k_in), tma_readable_copy(v_in), tma_readable_copy(o_in),
+                 tma_readable_copy(dout_in), lse_in, window, scale, softcap, dq, dk, dv, BACKWARD);
+    return {dq, dk, dv};
+}
+
+// The backward on packed documents: (dQ, dK, dV) packed like q, k and v.
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+attention_varlen_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in, const at::Tensor &o_in,
+                          const at::Tensor &dout_in, const at::Tensor &lse_in, const at::Tensor &cu_q,
+                          const at::Tensor &cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
+                          std::optional<double> scale_in, int64_t window_left, int64_t window_right, double softcap) {
+    const double scale = varlen_rules(q_in, k_in, v_in, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale_in);
+    const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
+    varlen_backward_rules(q_in, o_in, dout_in, lse_in);
+    check_devices(VARLEN_BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"dout", dout_in},
+                                    {"lse", lse_in}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    at::Tensor dq = at::empty_like(q_in, at::MemoryFormat::Contiguous);
+    at::Tensor dk = at::empty_like(k_in, at::MemoryFormat::Contiguous);
+    at::Tensor dv = at::empty_like(v_in, at::MemoryFormat::Contiguous);
+    if (q_in.numel() == 0 || k_in.numel() == 0) return {dq.zero_(), dk.zero_(), dv.zero_()};
+    const int docs = int(cu_q.size(0) - 1);
+    const at::Tensor cu_qc = cu_q.contiguous(), cu_kc = cu_k.contiguous();
+    const at::Tensor layout =
+        at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
+    check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(q_in.size(0)),
+                                              int(k_in.size(0)), tk_attention::BWD_ROW_PAD, tk_attention::BWD_BLOCK_K,
+                                              layout.data_ptr<int>(), at::cuda::getCurrentCUDAStream()),
+                 "tk_ops.attention_varlen layout");
+    tk_attention::bwd_problem p{};
+    p.varlen = true;
+    p.docs = tk_attention::varlen_layout_at(layout.data_ptr<int>(), docs);
+    at::Tensor dq4 = packed_view(dq), dk4 = packed_view(dk), dv4 = packed_view(dv);
+    const auto readable = [](const at::Tensor &t) { return tma_readable_copy(packed_view(t)); };
+    run_backward(p, readable(q_in), readable(k_in), readable(v_in), readable(o_in), readable(dout_in), lse_in, window,
+                 scale, softcap, dq4, dk4, dv4, VARLEN_BACKWARD);
     return {dq, dk, dv};
 }
 
@@ -381,6 +434,18 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_meta(const at::Tensor &q
             at::empty_symint({q.sym_size(1), q.sym_size(0)}, q.options().dtype(at::kFloat))};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+attention_varlen_bwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
+                          const at::Tensor &dout, const at::Tensor &lse, const at::Tensor &cu_q, const at::Tensor &cu_k,
+                          int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal, std::optional<double> scale,
+                          int64_t window_left, int64_t window_right, double softcap) {
+    varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
+    band_rules(causal, window_left, window_right, softcap);
+    varlen_backward_rules(q, o, dout, lse);
+    return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(k.sym_sizes(), k.options()),
+            at::empty_symint(v.sym_sizes(), v.options())};
+}
+
 // ---------------------------------------------------------------- CPU: the op's rules, then the device rule
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -413,6 +478,18 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cpu(const at::Tensor &q,
     reject_cpu(VARLEN, {{"q", q}, {"k", k}, {"v", v}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+attention_varlen_bwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
+                         const at::Tensor &dout, const at::Tensor &lse, const at::Tensor &cu_q, const at::Tensor &cu_k,
+                         int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal, std::optional<double> scale,
+                         int64_t window_left, int64_t window_right, double softcap) {
+    varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
+    band_rules(causal, window_left, window_right, softcap);
+    varlen_backward_rules(q, o, dout, lse);
+    reject_cpu(VARLEN_BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse},
+                                 {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+}
+
 // The head dimensions this build's kernels take, for modules that check their configuration when built.
 std::vector<int64_t> attention_head_dims() {
     return {std::begin(tk_attention::HEAD_DIMS), std::end(tk_attention::HEAD_DIMS)};
@@ -428,6 +505,9 @@ TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
     m.def("attention_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
           "int max_seqlen_q, int max_seqlen_k, bool causal=False, float? scale=None, int window_left=-1, "
           "int window_right=-1, float softcap=0.) -> (Tensor, Tensor)");
+    m.def("attention_varlen_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, Tensor cu_seqlens_q, "
+          "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, bool causal=False, float? scale=None, "
+          "int window_left=-1, int window_right=-1, float softcap=0.) -> (Tensor dq, Tensor dk, Tensor dv)");
     m.def("attention_head_dims() -> int[]", &attention_head_dims);
 }
 
@@ -435,16 +515,19 @@ TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
     m.impl("attention_fwd", &attention_fwd_cuda);
     m.impl("attention_bwd", &attention_bwd_cuda);
     m.impl("attention_varlen_fwd", &attention_varlen_fwd_cuda);
+    m.impl("attention_varlen_bwd", &attention_varlen_bwd_cuda);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
     m.impl("attention_fwd", &attention_fwd_meta);
     m.impl("attention_bwd", &attention_bwd_meta);
     m.impl("attention_varlen_fwd", &attention_varlen_fwd_meta);
+    m.impl("attention_varlen_bwd", &attention_varlen_bwd_meta);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
     m.impl("attention_fwd", &attention_fwd_cpu);
     m.impl("attention_bwd", &attention_bwd_cpu);
     m.impl("attention_varlen_fwd", &attention_varlen_fwd_cpu);
+    m.impl("attention_varlen_bwd", &attention_varlen_bwd_cpu);
 }

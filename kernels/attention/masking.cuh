@@ -1,8 +1,9 @@
 // Which (query, key) pairs a kernel computes, and the score transform: the band of attention.h (causal, sliding
 // windows, the sequence ends) as ranges of rows and keys, the masking of score tiles, and the softcap.
 //
-// Ranges are worked out in 64-bit integers: a row plus diag plus a side at WINDOW_UNLIMITED fits 32 bits, but the
-// sums over whole tasks (a block's last row, one more side) need not.
+// Plain 32-bit arithmetic: rows and keys are below MAX_SEQ_LEN (2^28, the binding's limit) and the sides at most
+// WINDOW_UNLIMITED (2^30), so any row (a block's rows run at most a block past the sequence) plus diag plus or minus a
+// side stays inside int32.
 #pragma once
 
 #include "attention.h"
@@ -10,6 +11,9 @@
 
 namespace tk_attention {
 using namespace kittens;
+
+static_assert(int64_t(MAX_SEQ_LEN) * 2 + 1024 + WINDOW_UNLIMITED < (int64_t(1) << 31),
+              "row + diag + side must fit int32 (masking.cuh)");
 
 // An inclusive range [first, last]; empty when first > last.
 struct index_range {
@@ -19,39 +23,47 @@ struct index_range {
 
 // The keys that any of the query rows [row0, row1] sees, clipped to [0, kv_len).
 __device__ inline index_range keys_seen(int row0, int row1, int q_len, int kv_len, band w) {
-    const int64_t diag = int64_t(kv_len) - q_len;
-    const int64_t first = max(int64_t(0), row0 + diag - w.left), last = min(int64_t(kv_len) - 1, row1 + diag + w.right);
-    return {int(min(first, int64_t(kv_len))), int(max(last, int64_t(-1)))};
+    const int diag = kv_len - q_len;
+    return {max(0, row0 + diag - w.left), min(kv_len - 1, row1 + diag + w.right)};
 }
 
 // The query rows that see any of the keys [key0, key1], clipped to [0, q_len).
 __device__ inline index_range rows_seeing(int key0, int key1, int q_len, int kv_len, band w) {
-    const int64_t diag = int64_t(kv_len) - q_len;
-    const int64_t first = max(int64_t(0), key0 - diag - w.right), last = min(int64_t(q_len) - 1, key1 - diag + w.left);
-    return {int(min(first, int64_t(q_len))), int(max(last, int64_t(-1)))};
+    const int diag = kv_len - q_len;
+    return {max(0, key0 - diag - w.right), min(q_len - 1, key1 - diag + w.left)};
 }
 
 // Whether a (rows x keys) tile holds a pair outside the band or past kv_len, i.e. needs masking.
 __device__ inline bool tile_needs_mask(int row0, int row1, int key0, int key1, int q_len, int kv_len, band w) {
-    const int64_t diag = int64_t(kv_len) - q_len;
+    const int diag = kv_len - q_len;
     return key1 >= kv_len || key1 > row0 + diag + w.right || key0 < row1 + diag - w.left;
 }
 
 // Whether a (rows x keys) tile holds no visible pair at all.
 __device__ inline bool tile_outside_band(int row0, int row1, int key0, int key1, int q_len, int kv_len, band w) {
-    const int64_t diag = int64_t(kv_len) - q_len;
+    const int diag = kv_len - q_len;
     return key0 > row1 + diag + w.right || key1 < row0 + diag - w.left;
 }
 
 // Scores of the keys a lane's row lane_row(0, half) does not see (outside keys[half]) become -inf. `key0` is the key
-// index of column 0.
-template <int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s, int key0, const index_range (&keys)[2]) {
+// index of column 0. The left edge is tested only with LEFT (a band limited on the left: a sliding window), and each
+// edge only where it cuts into the tile for some row of the warp (a warp-uniform test): a causal diagonal tile pays
+// for its right edge alone, and the kernels without windows carry no code for the left edge.
+template <bool LEFT, int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s, int key0, const index_range (&keys)[2]) {
+    if (LEFT && __any_sync(0xffffffffu, max(keys[0].first, keys[1].first) > key0)) {
+        for_each_pair(
+            [&](pair_pos p, float2 &v) {
+                const int col = key0 + p.col, first = keys[p.half].first;
+                if (col < first) v.x = -INFINITY;
+                if (col + 1 < first) v.y = -INFINITY;
+            },
+            s);
+    }
     for_each_pair(
         [&](pair_pos p, float2 &v) {
-            const int col = key0 + p.col;
-            const index_range k = keys[p.half];
-            if (col < k.first || col > k.last) v.x = -INFINITY;
-            if (col + 1 < k.first || col + 1 > k.last) v.y = -INFINITY;
+            const int col = key0 + p.col, last = keys[p.half].last;
+            if (col > last) v.x = -INFINITY;
+            if (col + 1 > last) v.y = -INFINITY;
         },
         s);
 }

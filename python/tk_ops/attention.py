@@ -16,9 +16,12 @@ right = 0. Key blocks wholly outside the window are skipped, not masked. ``softc
 scores through softcap * tanh(scores / softcap) before the softmax (Gemma 2), forward and backward; the
 kernels evaluate tanh with the hardware's approximation (relative error about 2^-11).
 
-Two custom ops carry the kernels, defined with their CUDA kernels, their Meta kernels (so they trace under
+``attention_varlen`` takes packed documents like ``flash_attn_varlen_func`` (see its docstring).
+
+Custom ops carry the kernels, defined with their CUDA kernels, their Meta kernels (so they trace under
 ``torch.compile(fullgraph=True)``, forward and backward) and their argument rules in
-kernels/attention/binding.cpp; they capture into CUDA graphs:
+kernels/attention/binding.cpp; they capture into CUDA graphs (``attention_varlen_fwd`` / ``_bwd`` take the
+packed tensors and offsets, then the same options):
 
 - ``torch.ops.tk_ops.attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1,
   softcap=0.0) -> (O, LSE)``
@@ -124,7 +127,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     documents or on padding, and empty documents are allowed. ``max_seqlen_q`` / ``max_seqlen_k`` are accepted
     for flash-attn compatibility (Python ints; the kernels do not need them). Rows past the last offset see no
     key: their output is 0. Offsets are not read on the host (that would wait for the GPU): the kernels clamp them
-    into the tensors, and a decreasing offset makes an empty document. Forward only: gradients are refused.
-    Returns O (total_q, Hq, D) in the input dtype."""
+    into the tensors, and a decreasing offset makes an empty document. Differentiable in q, k and v (the backward
+    runs per document too). Returns O (total_q, Hq, D) in the input dtype."""
     return attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
                                      window, softcap)[0]

@@ -501,10 +501,9 @@ def test_bench_mask_cases():
         b, h, n, d = c.shape
         assert b * n == 16384 and h == 16 and [i.name for i in c.impls][:2] == ["tk_ops", "flex"]
     backward = attention_bench.cases(masks=True, backward=True)
-    assert [c.name for c in cases if c.name.startswith("packed")] and not any(
-        c.name.startswith("packed") for c in backward)
-    for f, b in zip([c for c in cases if not c.name.startswith("packed")], backward):
-        assert b.flops == pytest.approx(2.5 * f.flops) and all(i.setup is not None for i in b.impls)
+    assert len([c for c in cases if c.name.startswith("packed")]) == 2
+    for f, b in zip(cases, backward):
+        assert b.name == f.name and b.flops == pytest.approx(2.5 * f.flops) and all(i.setup is not None for i in b.impls)
 
 
 def test_bench_document_lengths():
@@ -571,3 +570,26 @@ def test_reference_varlen_is_per_document():
             torch.testing.assert_close(lse[:, start:start + n], lse_i[0])
         start += n
     assert (out[9:] == 0).all() and torch.isneginf(lse[:, 9:]).all()
+
+
+def test_varlen_autograd_on_meta_tensors(built):
+    q = t(37, 8, 64, device="meta").requires_grad_()
+    k = t(50, 2, 64, device="meta").requires_grad_()
+    v = t(50, 2, 64, device="meta").requires_grad_()
+    off_q, off_k = _offsets(0, 17, 37, device="meta"), _offsets(0, 20, 50, device="meta")
+    out, lse = torch.ops.tk_ops.attention_varlen_fwd(q, k, v, off_q, off_k, 20, 30, True, None, 64, -1, 0.0)
+    assert out.requires_grad and lse.shape == (8, 37)
+    dq, dk, dv = torch.autograd.grad(out.sum() + lse.sum(), (q, k, v))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+
+
+def test_varlen_backward_rules(built):
+    q, kv = t(30, 4, 64, device="meta"), t(30, 2, 64, device="meta")
+    off = _offsets(0, 10, 30, device="meta")
+    bwd = torch.ops.tk_ops.attention_varlen_bwd
+    with pytest.raises(ValueError, match=r"lse must be \(Hq, total_q\) = \(4, 30\)"):
+        bwd(q, kv, kv, q, q, t(30, 4, device="meta", dtype=torch.float32), off, off, 10, 20)
+    with pytest.raises(ValueError, match="dout must have q's shape"):
+        bwd(q, kv, kv, q, t(29, 4, 64, device="meta"), t(4, 30, device="meta", dtype=torch.float32), off, off, 10, 20)
+    dq, dk, dv = bwd(q, kv, kv, q, q, t(4, 30, device="meta", dtype=torch.float32), off, off, 10, 20)
+    assert dq.shape == q.shape and dk.shape == kv.shape

@@ -9,7 +9,7 @@ saved graph (torch.autograd.grad with retain_graph=True, which runs only that ba
 
 --masks compares the masked cases against FlexAttention (torch.compile'd flex_attention with the equivalent
 block mask and score_mod), 16 heads, D 64 and 128, 16384 tokens: packed documents (lengths drawn from 128..4096,
-causal inside each; tk_ops.attention_varlen, forward only), causal sliding windows of 256, 1024 and 4096 keys (one
+causal inside each; tk_ops.attention_varlen), causal sliding windows of 256, 1024 and 4096 keys (one
 16384-token sequence; query i sees keys i - W .. i), softcap 30 on causal attention (4 x 4096), and plain causal on
 the same 16384-token sequence (our dense kernel's rate, which the masked cases are held to; SDPA cuDNN there too).
 FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D.
@@ -209,7 +209,7 @@ def document_lengths(total: int = TOKENS, shortest: int = 128, longest: int = 40
     return lengths
 
 
-def packed_case(d: int) -> Case:
+def packed_case(d: int, backward: bool = False) -> Case:
     """Causal attention inside each of the packed documents: tk_ops.attention_varlen against FlexAttention with a
     document mask on the same (1, H, total, D) tensors (ours reads them as (total, H, D) views)."""
     import tk_ops
@@ -225,20 +225,36 @@ def packed_case(d: int) -> Case:
             made["ids"] = doc_ids.cuda()
         return tuple(torch.randn(1, HEADS, total, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 
+    rows = lambda t: t[0].transpose(0, 1)  # noqa: E731 - (1, H, total, D) -> (total, H, D) view
+    longest = max(lengths)
+
     def ours(q, k, v):
         cu = made["cu"]
-        rows = lambda t: t[0].transpose(0, 1)  # noqa: E731 - (1, H, total, D) -> (total, H, D) view
-        o = tk_ops.attention_varlen(rows(q), rows(k), rows(v), cu, cu, max(lengths), max(lengths), causal=True)
+        o = tk_ops.attention_varlen(rows(q), rows(k), rows(v), cu, cu, longest, longest, causal=True)
         return o.transpose(0, 1)[None]
+
+    def ours_setup(q, k, v):
+        cu = made["cu"]
+        with torch.no_grad():
+            o, lse = tk_ops.attention_varlen_with_lse(rows(q), rows(k), rows(v), cu, cu, longest, longest, causal=True)
+        dout = rows(_grad_like(o.transpose(0, 1)[None]))  # the peer's dO: drawn in its (1, H, total, D) layout
+        return rows(q), rows(k), rows(v), o, dout, lse, cu
+
+    def ours_backward(q, k, v, o, dout, lse, cu):
+        grads = torch.ops.tk_ops.attention_varlen_bwd(q, k, v, o, dout, lse, cu, cu, longest, longest, True)
+        return tuple(g.transpose(0, 1)[None] for g in grads)  # views in the peer's layout, for the comparison
 
     def mask_mod(b_, h, q_idx, kv_idx):
         ids = made["ids"]
         return (ids[q_idx] == ids[kv_idx]) & (q_idx >= kv_idx)
 
-    flex_fwd, _ = _flex(mask_mod, None, 1, total)
+    flex_fwd, flex_bwd = _flex(mask_mod, None, 1, total)
     pairs = sum(n * (n + 1) // 2 for n in lengths)
-    return Case(f"D={d}", f"packed ({len(lengths)} docs)", (1, HEADS, total, d), 4.0 * HEADS * pairs * d, make_inputs,
-                [Impl("tk_ops", ours, ours=True), Impl("flex", flex_fwd)])
+    flops = 4.0 * HEADS * pairs * d * (BACKWARD_FLOPS if backward else 1)
+    impls = ([Impl("tk_ops", ours_backward, ours=True, setup=ours_setup), Impl("flex", flex_bwd[1], setup=flex_bwd[0])]
+             if backward else [Impl("tk_ops", ours, ours=True), Impl("flex", flex_fwd)])
+    return Case(f"D={d}{' backward' if backward else ''}", f"packed ({len(lengths)} docs)", (1, HEADS, total, d), flops,
+                make_inputs, impls)
 
 
 def mask_cases(quick: bool = False, backward: bool = False) -> list[Case]:
@@ -246,8 +262,7 @@ def mask_cases(quick: bool = False, backward: bool = False) -> list[Case]:
     out = []
     for d in (64, 128):
         out.append(mask_case("causal (dense)", 1, TOKENS, d, -1, 0.0, backward, with_cudnn=True))
-        if not backward:  # the packed documents' backward is not built
-            out.append(packed_case(d))
+        out.append(packed_case(d, backward))
         out += [mask_case(f"window {w}", 1, TOKENS, d, w, 0.0, backward) for w in windows]
         out.append(mask_case(f"softcap {SOFTCAP:g}", TOKENS // 4096, 4096, d, -1, SOFTCAP, backward))
     return out

@@ -1,7 +1,8 @@
 """tk_ops.attention_varlen (packed documents, like flash_attn_varlen_func) against the float64 reference, document by
-document: ragged lengths with empty documents and documents of one token, cross lengths per document, causal,
-windows, softcap, GQA, head dims 64 and 128, bf16 and fp16, rows past the last offset, offsets that are not
-monotonic (clamped, never out of bounds), torch.compile and CUDA graphs; gradients are refused."""
+document, forward (O, LSE) and backward (dQ, dK, dV, and through the LSE): ragged lengths with empty documents and
+documents of one token, cross lengths per document, causal, windows, softcap, GQA, head dims 64 and 128, bf16 and
+fp16, rows past the last offset, offsets that are not monotonic (clamped, never out of bounds), torch.compile and
+CUDA graphs."""
 import pytest
 import torch
 
@@ -10,6 +11,7 @@ from tk_ops import reference
 
 from ..util import fresh_pool_with_nan, rel_err
 from .test_attention import LSE_ATOL, TOL
+from .test_attention_bwd import assert_grads
 
 
 def cu(lengths):
@@ -97,12 +99,87 @@ def test_matches_dense_attention_on_equal_lengths():
     torch.testing.assert_close(out, dense.reshape(b * n, h, d), rtol=0, atol=2e-2)
 
 
-def test_refuses_gradients():
-    q, k, v = (packed(100, 2, 64, torch.bfloat16).requires_grad_() for _ in range(3))
-    with pytest.raises(NotImplementedError, match="backward on packed documents is not built"):
-        tk_ops.attention_varlen(q, k, v, cu([100]), cu([100]), 100, 100)
-    with torch.no_grad():
-        assert tk_ops.attention_varlen(q, k, v, cu([100]), cu([100]), 100, 100).shape == q.shape
+def reference_grads(q, k, v, dout, cu_q, cu_k, dlse=None, **options):
+    """(dQ, dK, dV) in float64, document by document through reference.attention_backward."""
+    grads = [torch.zeros(t.shape, dtype=torch.float64, device="cuda") for t in (q, k, v)]
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    as_bhnd = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731
+    for i in range(len(cq) - 1):
+        (q0, q1), (k0, k1) = (cq[i], cq[i + 1]), (ck[i], ck[i + 1])
+        if q1 <= q0 or k1 <= k0:
+            continue
+        dl = None if dlse is None else dlse[:, q0:q1].unsqueeze(0)
+        dq, dk, dv = reference.attention_backward(as_bhnd(q[q0:q1]), as_bhnd(k[k0:k1]), as_bhnd(v[k0:k1]),
+                                                  as_bhnd(dout[q0:q1]), dlse=dl, **options)
+        grads[0][q0:q1] = dq[0].transpose(0, 1)
+        grads[1][k0:k1] = dk[0].transpose(0, 1)
+        grads[2][k0:k1] = dv[0].transpose(0, 1)
+    return grads
+
+
+def check_backward(q, k, v, cu_q, cu_k, what, with_lse=False, **options):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out, lse = tk_ops.attention_varlen_with_lse(q, k, v, cu_q, cu_k, 1, 1, **options)
+    dout = torch.randn_like(out)
+    loss = (out.float() * dout.float()).sum()
+    dlse = None
+    if with_lse:
+        seen = torch.isfinite(lse)
+        dlse = torch.where(seen, torch.randn_like(lse), 0.0)
+        loss = loss + (torch.where(seen, lse, 0.0) * dlse).sum()
+    fresh_pool_with_nan(2 * (q.numel() + k.numel() + v.numel()))
+    got = torch.autograd.grad(loss, (q, k, v))
+    assert_grads(got, reference_grads(q.detach(), k.detach(), v.detach(), dout, cu_q, cu_k, dlse, **options), q.dtype,
+                 what)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(causal=True), dict(causal=True, window=(100, -1)),
+                                     dict(window=(50, 20), softcap=30.0)],
+                         ids=["full", "causal", "causal_w100", "w50_20_cap30"])
+@pytest.mark.parametrize("docs", ["ragged", "many_short", "empty_ends"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_packed_documents(d, docs, options):
+    lengths = DOCS[docs]
+    total = sum(lengths)
+    q, k, v = packed(total, 4, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
+    check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **options)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_cross_lengths_trailing_rows_and_lse(d, dtype):
+    """Different query and key lengths per document, rows past the last offsets (their gradients are 0), and a
+    loss that uses the LSE too."""
+    lq, lk = [17, 300, 0, 1, 900], [1000, 100, 50, 1, 899]
+    q = packed(sum(lq) + 7, 8, d, dtype)
+    k, v = packed(sum(lk) + 9, 2, d, dtype), packed(sum(lk) + 9, 2, d, dtype)
+    check_backward(q, k, v, cu(lq), cu(lk), f"cross d={d} {dtype}", with_lse=True, causal=True)
+
+
+def test_backward_of_one_document_matches_dense():
+    n, h, d = 3000, 4, 128
+    q, k, v = (torch.randn(1, n, h, d, device="cuda").bfloat16().requires_grad_() for _ in range(3))
+    dense = tk_ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, window=(500, -1))
+    dout = torch.randn_like(dense)
+    expect = torch.autograd.grad(dense, (q, k, v), dout)
+    rows = lambda t: t[0]  # noqa: E731 - (1, n, h, d) -> (n, h, d)
+    out = tk_ops.attention_varlen(rows(q), rows(k), rows(v), cu([n]), cu([n]), n, n, causal=True, window=(500, -1))
+    got = torch.autograd.grad(out, (q, k, v), rows(dout.transpose(1, 2)))
+    for name, g, e in zip("qkv", got, expect):
+        torch.testing.assert_close(g, e, rtol=0, atol=2e-2, msg=f"d{name}")
+
+
+def test_backward_compiles_fullgraph():
+    q, k, v = (packed(1500, 4, 64, torch.bfloat16).requires_grad_() for _ in range(3))
+    offsets = cu([700, 0, 800])
+
+    def loss(q, k, v):
+        return tk_ops.attention_varlen(q * 2, k, v, offsets, offsets, 800, 800, causal=True).float().square().mean()
+
+    eager = torch.autograd.grad(loss(q, k, v), (q, k, v))
+    compiled = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v), (q, k, v))
+    for name, c, e in zip("qkv", compiled, eager):
+        assert rel_err(c, e) <= 1e-3, f"d{name}: compiled differs from eager by {rel_err(c, e):.2e}"
 
 
 def test_compiles_fullgraph_and_captures():
