@@ -93,7 +93,7 @@ template <typename T, int D, variant V> struct attn_fwd {
     };
     struct task {
         int id, b, h, q_block;
-        int first_tile, iters; // the key tiles first_tile .. first_tile + iters - 1
+        int first_key, iters; // the key tiles start at first_key, KV keys apart
         int q_len, kv_len;     // of this task's sequence (a packed document's own lengths)
         int q_start, k_start;  // its first row in the packed rows (0 unless varlen)
     };
@@ -134,14 +134,15 @@ template <typename T, int D, variant V> struct attn_fwd {
             t.k_start = g.docs.k[doc];
             t.kv_len = g.docs.k[doc + 1] - t.k_start;
         }
-        t.first_tile = 0;
+        t.first_key = 0;
         t.iters = (t.kv_len + KV - 1) / KV;
         if constexpr (V.banded) {
             const int first_row = max(t.q_block * BLOCK_Q - g.q_shift, 0);
             const int last_row = min((t.q_block + 1) * BLOCK_Q - g.q_shift, t.q_len) - 1;
             const index_range keys = keys_seen(first_row, last_row, t.q_len, t.kv_len, g.window);
-            t.first_tile = keys.empty() ? 0 : keys.first / KV;
-            t.iters = keys.empty() ? 0 : keys.last / KV - t.first_tile + 1;
+            // A window's tiles start at its first key, not at a multiple of KV, so they waste no keys before it.
+            t.first_key = keys.empty() || !V.left_edge ? 0 : keys.first;
+            t.iters = keys.empty() ? 0 : (keys.last - t.first_key) / KV + 1;
         }
         return true;
     }
@@ -149,10 +150,13 @@ template <typename T, int D, variant V> struct attn_fwd {
     __device__ static inline void load(lcsf::producer_args<attn_fwd> &p) {
         const int kv_head = p.task.h / p.g.group;
         tma::expect<kv_tile, kv_tile>(p.arrived);
-        const row_coord at{p.task.b, kv_head, p.task.k_start + (p.task.first_tile + p.iter) * KV, 0};
+        const row_coord at{p.task.b, kv_head, p.task.k_start + first_key(p.task) + p.iter * KV, 0};
         tma::load_async(p.input.k, p.g.k, at, p.arrived);
         tma::load_async(p.input.v, p.g.v, at, p.arrived);
     }
+
+    // Where a task's key tiles start: 0 (a constant the compiler folds) unless the band has a left edge.
+    __device__ static inline int first_key(const task &t) { return V.left_edge ? t.first_key : 0; }
 
     __device__ static inline int first_row(const globals &g, const task &t, int consumer) {
         return t.q_block * BLOCK_Q + consumer * Q_ROWS - g.q_shift;
@@ -207,7 +211,7 @@ template <typename T, int D, variant V> struct attn_fwd {
         if constexpr (V.softcap) softcap_scores(s, g.inv_cap); // before masking: tanh would undo a -inf
 
         const bool ragged = key0 + W > kv_len;
-        if (ragged || (V.banded && tile_needs_mask(row0, row0 + Q_ROWS - 1, key0, key0 + W - 1, q_len, kv_len, g.window))) {
+        if (ragged || (V.banded && tile_needs_mask<V.left_edge>(row0, row0 + Q_ROWS - 1, key0, key0 + W - 1, q_len, kv_len, g.window))) {
             const int warp_row0 = row0 + warpgroup::warp_row0();
             index_range keys[2];
 #pragma unroll
@@ -236,11 +240,11 @@ template <typename T, int D, variant V> struct attn_fwd {
 
     __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
         const globals &g = c.g;
-        const int key0 = (c.task.first_tile + c.iter) * KV;
+        const int key0 = first_key(c.task) + c.iter * KV;
         const int row0 = first_row(g, c.task, c.consumer), row1 = row0 + Q_ROWS - 1;
         const int q_len = c.task.q_len, kv_len = c.task.kv_len;
         // Nothing to do: an idle consumer of the ragged block, or (banded) a tile that none of its rows sees.
-        if (idle(c.task, row0) || (V.banded && tile_outside_band(row0, row1, key0, key0 + KV - 1, q_len, kv_len, g.window))) return;
+        if (idle(c.task, row0) || (V.banded && tile_outside_band<V.left_edge>(row0, row1, key0, key0 + KV - 1, q_len, kv_len, g.window))) return;
         if constexpr (V.narrow_tail) {
             // Keys of this tile that some row of this consumer sees: a tile cut by the band's right edge or the
             // sequence end runs as the narrowest product that holds them.

@@ -33,16 +33,19 @@ __device__ inline index_range rows_seeing(int key0, int key1, int q_len, int kv_
     return {max(0, key0 - diag - w.right), min(q_len - 1, key1 - diag + w.left)};
 }
 
-// Whether a (rows x keys) tile holds a pair outside the band or past kv_len, i.e. needs masking.
+// Whether a (rows x keys) tile holds a pair outside the band or past kv_len, i.e. needs masking. LEFT = false: the
+// band has no left limit (as mask_scores' LEFT), so that edge is not tested.
+template <bool LEFT = true>
 __device__ inline bool tile_needs_mask(int row0, int row1, int key0, int key1, int q_len, int kv_len, band w) {
     const int diag = kv_len - q_len;
-    return key1 >= kv_len || key1 > row0 + diag + w.right || key0 < row1 + diag - w.left;
+    return key1 >= kv_len || key1 > row0 + diag + w.right || (LEFT && key0 < row1 + diag - w.left);
 }
 
 // Whether a (rows x keys) tile holds no visible pair at all.
+template <bool LEFT = true>
 __device__ inline bool tile_outside_band(int row0, int row1, int key0, int key1, int q_len, int kv_len, band w) {
     const int diag = kv_len - q_len;
-    return key0 > row1 + diag + w.right || key1 < row0 + diag - w.left;
+    return key0 > row1 + diag + w.right || (LEFT && key1 < row0 + diag - w.left);
 }
 
 // Scores of the keys a lane's row lane_row(0, half) does not see (outside keys[half]) become -inf. `key0` is the key
