@@ -11,7 +11,8 @@ saved graph (torch.autograd.grad with retain_graph=True, which runs only that ba
 block mask and score_mod), 16 heads, D 64 and 128, 16384 tokens: packed documents (lengths drawn from 128..4096,
 causal inside each; tk_ops.attention_varlen), causal sliding windows of 256, 1024 and 4096 keys (one
 16384-token sequence; query i sees keys i - W .. i), softcap 30 on causal attention (4 x 4096), and plain causal on
-the same 16384-token sequence (our dense kernel's rate, which the masked cases are held to; SDPA cuDNN there too).
+the same 16384-token sequence and on 8 x 2048 (our dense kernel's rates, which the masked cases are held to; SDPA
+cuDNN there too).
 FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D.
 """
 from __future__ import annotations
@@ -131,7 +132,12 @@ def _flex(mask_mod, score_mod, b: int, n: int):
     def forward(q, k, v, *_):
         if not made:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-            made["fn"] = torch.compile(flex_attention)
+            # Compiled for this shape alone (dynamic=False), with room for every case's recompilation: past dynamo's
+            # default limit of 8 it would fall back to eager flex_attention, which materialises the scores.
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+            torch._dynamo.config.accumulated_cache_size_limit = max(
+                torch._dynamo.config.accumulated_cache_size_limit, 1024)
+            made["fn"] = torch.compile(flex_attention, dynamic=False)
             made["mask"] = create_block_mask(mask_mod, b, None, n, n, device=q.device)
         return made["fn"](q, k, v, score_mod=score_mod, block_mask=made["mask"])
 
@@ -262,6 +268,8 @@ def mask_cases(quick: bool = False, backward: bool = False) -> list[Case]:
     out = []
     for d in (64, 128):
         out.append(mask_case("causal (dense)", 1, TOKENS, d, -1, 0.0, backward, with_cudnn=True))
+        # The packed documents' dense counterpart: the same tokens as equal documents of about their mean length.
+        out.append(mask_case("causal (dense 8x2048)", 8, 2048, d, -1, 0.0, backward, with_cudnn=True))
         out.append(packed_case(d, backward))
         out += [mask_case(f"window {w}", 1, TOKENS, d, w, 0.0, backward) for w in windows]
         out.append(mask_case(f"softcap {SOFTCAP:g}", TOKENS // 4096, 4096, d, -1, SOFTCAP, backward))
