@@ -7,12 +7,21 @@ did not fall.
     python examples/train_gpt.py                 # 300 steps, 4 layers, dim 512, 8 heads (head_dim 64), seq 1024
     python examples/train_gpt.py --quick         # a smoke run of a few seconds
     python examples/train_gpt.py --compile       # both models under torch.compile
+    python examples/train_gpt.py --packed        # documents of random lengths packed into each step
 
 The data needs no download: each sequence repeats a random segment (period 16 to 128 tokens) drawn from a
 fixed random Markov chain over the vocabulary. The first period is predictable from the previous token alone
 (the chain's entropy is about 1.5 nats, against log(256) = 5.5 for a uniform guess); the repeats are
 predictable exactly by attending back one period, which only attention can learn, so a model that learns it
 goes below the chain's entropy (how far within the default 300 steps depends on its size).
+
+With --packed each step is one row of batch * seq tokens holding documents of random lengths (seq / 8 to seq,
+the last one cut to fit), each with its own segment and period (at most half its length, so that it repeats at
+least once): the repeats are predictable only from inside the document. Positions restart at each document and
+attention stays inside it: the tk_ops model calls tk_ops.nn.Attention(x, cu_seqlens, max_seqlen)
+(tk_ops.attention_varlen), the PyTorch one scaled_dot_product_attention over the whole row with a block-diagonal
+causal mask, built on the GPU from the same offsets. The PyTorch side therefore computes attention over every pair
+of the row and discards most of it: its step time is that of the masked computation, not of a varlen kernel.
 """
 from __future__ import annotations
 
@@ -43,13 +52,31 @@ class TorchAttention(nn.Module):
         self.qkv = nn.Linear(dim, (heads + 2 * kv_heads) * self.d, bias=False, dtype=torch.bfloat16)
         self.proj = nn.Linear(heads * self.d, dim, bias=False, dtype=torch.bfloat16)
 
-    def forward(self, x):
+    def forward(self, x, cu_seqlens=None, max_seqlen=None):
         b, n, _ = x.shape
         q, k, v = self.qkv(x).view(b, n, self.h + 2 * self.hkv, self.d).split([self.h, self.hkv, self.hkv], dim=2)
-        # Nq == Nk, so SDPA's top-left causal mask is the same as tk_ops' bottom-right one.
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           enable_gqa=self.h != self.hkv)
+        if cu_seqlens is None:
+            # Nq == Nk, so SDPA's top-left causal mask is the same as tk_ops' bottom-right one.
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=True, enable_gqa=self.h != self.hkv)
+        else:
+            # Packed documents in one row (b == 1; max_seqlen is tk_ops' business): a query sees the keys of its own
+            # document up to itself, a block-diagonal causal mask. k and v are expanded to every query head, so that
+            # grouped heads rule out none of SDPA's kernels that take a mask.
+            doc = document_ids(cu_seqlens, n)
+            i = torch.arange(n, device=x.device)
+            visible = (doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None])
+            k, v = (t.repeat_interleave(self.h // self.hkv, dim=2) for t in (k, v))
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=visible)
         return self.proj(o.transpose(1, 2).reshape(b, n, self.h * self.d))
+
+
+def document_ids(cu_seqlens: torch.Tensor, n: int) -> torch.Tensor:
+    """(n,) the document of each position of a packed row, from the int32 offsets (documents + 1, starting at 0),
+    on their device: nothing is read on the host, so a step never waits for the GPU."""
+    positions = torch.arange(n, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
+    return torch.searchsorted(cu_seqlens, positions, right=True) - 1
 
 
 def attention(dim: int, heads: int, kv_heads: int, use_tk: bool) -> nn.Module:
@@ -69,8 +96,10 @@ class Block(nn.Module):
         self.up = linear(dim, 4 * dim, dtype=torch.bfloat16)
         self.down = linear(4 * dim, dim, dtype=torch.bfloat16)
 
-    def forward(self, x):
-        x = x + self.mixer(self.ln1(x))
+    def forward(self, x, cu_seqlens=None, max_seqlen=None):
+        # Packed documents reach the mixer only when there are some: the other examples' mixers take x alone.
+        h = self.ln1(x)
+        x = x + (self.mixer(h) if cu_seqlens is None else self.mixer(h, cu_seqlens, max_seqlen))
         return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
 
 
@@ -85,10 +114,19 @@ class LanguageModel(nn.Module):
         self.ln = nn.LayerNorm(dim, dtype=torch.bfloat16)
         self.head = (tk_ops.nn.Linear if use_tk else nn.Linear)(dim, VOCAB, bias=False, dtype=torch.bfloat16)
 
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
+    def forward(self, idx, cu_seqlens=None, max_seqlen=None):
+        """idx (B, N) tokens -> (B, N, VOCAB) logits. With cu_seqlens (int32 offsets) idx is one row (1, total) of
+        packed documents: positions restart at each document's start, and the blocks keep attention inside it."""
+        if cu_seqlens is None:
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+        else:
+            n = idx.shape[1]
+            starts = cu_seqlens.long()[document_ids(cu_seqlens, n)]
+            x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device) - starts)
+            for block in self.blocks:
+                x = block(x, cu_seqlens, max_seqlen)
         return self.head(self.ln(x))
 
 
@@ -124,38 +162,96 @@ def twin_models(build, layers: int, device) -> tuple[nn.Module, nn.Module]:
 
 # ---------------------------------------------------------------- data
 
-def make_data(steps: int, batch: int, seq: int, seed: int, device) -> torch.Tensor:
-    """(steps, batch, seq + 1) tokens: per sequence a random segment from a fixed Markov chain, repeated."""
-    gen = torch.Generator().manual_seed(seed)
+def markov_segments(count: int, gen: torch.Generator) -> torch.Tensor:
+    """(count, PERIODS[1]) tokens: `count` walks of the Markov chain, which is drawn first from `gen` (so one seed
+    gives one chain)."""
     # The chain: each token goes to one of SUCCESSORS random tokens with random (softmax) probabilities.
     succ = torch.stack([torch.randperm(VOCAB, generator=gen)[:SUCCESSORS] for _ in range(VOCAB)])
     probs = torch.softmax(torch.randn(VOCAB, SUCCESSORS, generator=gen), dim=-1)
     cdf = probs.cumsum(-1)
-    count = steps * batch
     seg = torch.empty(count, PERIODS[1], dtype=torch.long)
     seg[:, 0] = torch.randint(VOCAB, (count,), generator=gen)
     for t in range(1, PERIODS[1]):
         prev = seg[:, t - 1]
         choice = torch.searchsorted(cdf[prev], torch.rand(count, 1, generator=gen)).clamp_max(SUCCESSORS - 1)
         seg[:, t] = succ[prev, choice[:, 0]]
+    return seg
+
+
+def make_data(steps: int, batch: int, seq: int, seed: int, device) -> torch.Tensor:
+    """(steps, batch, seq + 1) tokens: per sequence a random segment from a fixed Markov chain, repeated."""
+    gen = torch.Generator().manual_seed(seed)
+    count = steps * batch
+    seg = markov_segments(count, gen)
     period = torch.randint(PERIODS[0], PERIODS[1] + 1, (count, 1), generator=gen)
     pos = torch.arange(seq + 1)[None, :] % period
     return seg.gather(1, pos).view(steps, batch, seq + 1).to(device)
 
 
+class PackedData:
+    """Packed documents for `len(self)` steps of `total` tokens each (make_packed_data): ``inputs`` (steps, total)
+    tokens; ``targets`` (steps, total), the token after each input in the same document; ``cu_seqlens``
+    (steps, slots + 1) int32 offsets per step, from 0 to `total`; ``max_seqlen``, the longest a document can be."""
+
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int):
+        self.inputs, self.targets, self.cu_seqlens, self.max_seqlen = inputs, targets, cu_seqlens, max_seqlen
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+
+def make_packed_data(steps: int, batch: int, seq: int, seed: int, device) -> PackedData:
+    """Per step batch * seq tokens of documents whose lengths are uniform in [seq // 8, seq] (the last one of a step
+    cut to fit). Each document walks its own segment of the Markov chain and repeats it with its own period (16 to
+    128, and at most half the document, so that every document but a very short last one repeats); its targets are
+    its next tokens, so no target crosses into another document.
+
+    The offsets have a fixed number of slots per step, ceil(total / (seq // 8)) + 1, as many as the shortest
+    documents would need: the slots a step does not use repeat `total` (empty documents, which the kernels skip), so
+    every step has the same shapes (no recompilation under --compile)."""
+    gen = torch.Generator().manual_seed(seed)
+    total, shortest = batch * seq, max(1, seq // 8)
+    slots = -(-total // shortest)
+    seg = markov_segments(steps * slots, gen).view(steps * slots * PERIODS[1])
+    # Cumulative lengths, clamped at the row's end: the document that crosses it is cut, the ones after it are empty.
+    ends = torch.randint(shortest, seq + 1, (steps, slots), generator=gen).cumsum(1).clamp_max(total)
+    cu_seqlens = F.pad(ends, (1, 0))
+    lengths = cu_seqlens.diff(dim=1)
+    longest = (lengths // 2).clamp(PERIODS[0], PERIODS[1])
+    period = PERIODS[0] + (torch.rand(steps, slots, generator=gen) * (longest - PERIODS[0] + 1)).long()
+
+    # Every token's document, its offset in it, and from those its place in the document's segment.
+    at = torch.arange(total).expand(steps, total).contiguous()
+    doc = torch.searchsorted(cu_seqlens, at, right=True) - 1
+    offset = at - cu_seqlens.gather(1, doc)
+    per = period.gather(1, doc)
+    base = (torch.arange(steps)[:, None] * slots + doc) * PERIODS[1]
+    inputs, targets = seg[base + offset % per], seg[base + (offset + 1) % per]
+    return PackedData(inputs.to(device), targets.to(device), cu_seqlens.to(device=device, dtype=torch.int32), seq)
+
+
 # ---------------------------------------------------------------- training
 
-def train(model: nn.Module, data: torch.Tensor, lr: float, warmup: int) -> tuple[list[float], float]:
-    """Losses per step and the mean step time in ms (CUDA events; steps after `warmup` only)."""
+def step_batch(data, step: int):
+    """(the model's arguments, the targets) of one step of `data`: make_data's tokens (the inputs, then the same
+    shifted by one) or make_packed_data's documents (one row, with their offsets)."""
+    if isinstance(data, PackedData):
+        return (data.inputs[step][None], data.cu_seqlens[step], data.max_seqlen), data.targets[step]
+    return (data[step, :, :-1],), data[step, :, 1:]
+
+
+def train(model: nn.Module, data, lr: float, warmup: int) -> tuple[list[float], float]:
+    """Losses per step and the mean step time in ms (CUDA events; steps after `warmup` only). `data` is make_data's
+    tensor or make_packed_data's documents."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    steps = data.shape[0]
+    steps = len(data)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
     losses, events = [], []
     for step in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        inputs, targets = data[step, :, :-1], data[step, :, 1:]
-        loss = F.cross_entropy(model(inputs).float().view(-1, VOCAB), targets.reshape(-1))
+        inputs, targets = step_batch(data, step)
+        loss = F.cross_entropy(model(*inputs).float().view(-1, VOCAB), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -197,6 +293,9 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA); default: --heads")
     add_run_args(p)
+    p.add_argument("--packed", action="store_true",
+                   help="pack documents of random lengths (seq / 8 to seq) into rows of batch * seq tokens, attention "
+                        "kept inside each document (tk_ops.attention_varlen)")
     p.add_argument("--quick", action="store_true", help="tiny smoke run: 40 steps, 2 layers, seq 256, batch 4")
     args = p.parse_args(argv)
     if args.quick:
@@ -216,7 +315,7 @@ def parse_args(argv=None):
 TOLERANCE_ABS, TOLERANCE_REL = 0.05, 0.03
 
 
-def compare_training(ours: nn.Module, theirs: nn.Module, data: torch.Tensor, args) -> int:
+def compare_training(ours: nn.Module, theirs: nn.Module, data, args) -> int:
     """Train the tk_ops model and its PyTorch twin (same initial weights) on `data`, print both loss curves and step
     times, and judge them: 0 when the curves agree and the loss fell, 1 otherwise (the exit status of main)."""
     warmup = min(10, args.steps // 2)
@@ -265,13 +364,16 @@ def main(argv=None) -> int:
         return 2
     device = torch.device("cuda")
     torch.manual_seed(args.seed)
-    data = make_data(args.steps, args.batch, args.seq, args.seed, device)
+    data = (make_packed_data if args.packed else make_data)(args.steps, args.batch, args.seq, args.seed, device)
     config = (args.layers, args.dim, args.heads, args.kv_heads, args.seq)
 
     ours, theirs = twin_models(lambda use_tk: GPT(*config, use_tk=use_tk), args.layers, device)
     print(f"GPT: {args.layers} layers, dim {args.dim}, {args.heads} heads ({args.kv_heads} kv), head_dim "
           f"{args.dim // args.heads}, seq {args.seq}, batch {args.batch}, {sum(p.numel() for p in ours.parameters()):,}"
           f" parameters (bf16), AdamW lr {args.lr}, {args.steps} steps")
+    if args.packed:
+        print(f"packed: one row of {args.batch * args.seq} tokens per step, documents of {max(1, args.seq // 8)} to "
+              f"{args.seq} tokens")
 
     return compare_training(ours, theirs, data, args)
 

@@ -1,5 +1,8 @@
 """tk_ops.nn.Attention against the equivalent PyTorch module (nn.Linear + SDPA) with the same weights:
-forward and backward, MHA / GQA / MQA, causal or not, both head dims, and under torch.compile."""
+forward and backward, MHA / GQA / MQA, causal or not, both head dims, and under torch.compile. Sliding windows and
+softcap against a float64 twin through tk_ops.reference; packed documents (cu_seqlens) against the float64 reference
+of each document alone and against the module's dense path per document, forward, gradients, max_seqlen as a mere
+hint, and torch.compile."""
 import functools
 import textwrap
 
@@ -8,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import tk_ops
+from tk_ops import reference
 
 from ... import background
 from ...cpu.toolchain import run_python
@@ -114,3 +118,163 @@ def test_compiles_fullgraph_as_the_first_call_of_a_process():
     res = background.result("nn_attention:first_call_compiled")
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("OK"), res.stdout[-2000:]
+
+
+# ---------------------------------------------------------------- sliding windows, softcap, packed documents
+
+class ReferenceAttention(torch.nn.Module):
+    """tk_ops.nn.Attention's documented computation in float64 through tk_ops.reference (which has the window and
+    softcap SDPA lacks), with the given module's options and weights and the same parameter names. With cu_seqlens
+    x is packed documents, each attended on its own (reference.attention_varlen)."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.h, self.hkv, self.d = module.num_heads, module.num_kv_heads, module.head_dim
+        self.options = dict(causal=module.causal, window=module.window, softcap=module.softcap)
+        bias = module.qkv.bias is not None
+        self.qkv = torch.nn.Linear(module.embed_dim, (self.h + 2 * self.hkv) * self.d, bias=bias)
+        self.proj = torch.nn.Linear(self.h * self.d, module.embed_dim, bias=bias)
+        self.to(device="cuda", dtype=torch.float64)
+        self.load_state_dict(module.state_dict())
+
+    def forward(self, x, cu_seqlens=None, max_seqlen=None):
+        heads = [self.h, self.hkv, self.hkv]
+        if cu_seqlens is None:
+            b, n, _ = x.shape
+            q, k, v = (t.transpose(1, 2) for t in self.qkv(x).view(b, n, sum(heads), self.d).split(heads, dim=2))
+            o = reference.attention(q, k, v, **self.options)[0]
+            return self.proj(o.transpose(1, 2).reshape(b, n, self.h * self.d))
+        q, k, v = self.qkv(x).view(x.shape[-2], sum(heads), self.d).split(heads, dim=1)
+        o = reference.attention_varlen(q, k, v, cu_seqlens, cu_seqlens, **self.options)[0]
+        return self.proj(o.reshape(x.shape[:-1] + (self.h * self.d,)))
+
+
+def with_options(embed_dim, heads, kv_heads, bias=False, **options):
+    """A tk_ops module with random weights (scores of about unit size, where a softcap of a few units bends them)
+    and its float64 reference twin."""
+    ours = tk_ops.nn.Attention(embed_dim, heads, num_kv_heads=kv_heads, bias=bias, device="cuda", **options)
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.normal_(0, embed_dim ** -0.5)
+    return ours, ReferenceAttention(ours)
+
+
+def run_packed(module, x, dy, cu_seqlens, max_seqlen):
+    x = x.detach().clone().requires_grad_()
+    y = module(x, cu_seqlens, max_seqlen)
+    y.backward(dy.to(y.dtype))
+    return [y, x.grad] + [p.grad for p in module.parameters()]
+
+
+def names_of(module):
+    return ["y", "dx"] + [f"d{n}" for n, _ in module.named_parameters()]
+
+
+OPTIONS = {
+    "causal_w100": dict(causal=True, window=(100, -1)),
+    "w50_20_cap3": dict(window=(50, 20), softcap=3.0),
+    "causal_cap3": dict(causal=True, softcap=3.0),
+    "diagonal": dict(window=(0, 0)),  # each position sees itself only: o = v
+}
+HEADS = {"gqa-d64": (512, 8, 2), "gqa-d128": (1024, 8, 4)}
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=list(OPTIONS))
+@pytest.mark.parametrize("heads", HEADS.values(), ids=list(HEADS))
+def test_window_and_softcap_match_float64(heads, options):
+    ours, exact = with_options(*heads, bias=True, **options)
+    x = torch.randn(2, 333, heads[0], device="cuda")
+    dy = torch.randn(2, 333, heads[0], device="cuda")
+    got = run(ours, x.bfloat16(), dy)
+    ref = run(exact, x.double(), dy.double())
+    for name, g, r in zip(names_of(ours), got, ref):
+        assert g.shape == r.shape and g.dtype == torch.bfloat16, name
+        err = rel_err(g, r)
+        assert err <= TOL, f"{name}: relative error {err:.2e}"
+
+
+DOCS = [300, 1, 0, 777, 64, 193, 5]  # ragged, an empty document and one of a single token
+
+
+def offsets(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+
+
+@pytest.mark.parametrize("options", [dict(), dict(causal=True), dict(causal=True, window=(64, -1), softcap=5.0)],
+                         ids=["full", "causal", "causal_w64_cap5"])
+@pytest.mark.parametrize("heads", HEADS.values(), ids=list(HEADS))
+def test_packed_matches_each_document_alone(heads, options):
+    """The packed forward and its gradients against the float64 reference of the documents attended separately,
+    and against the same module's dense path run on each document alone (same weights)."""
+    ours, exact = with_options(*heads, bias=True, **options)
+    total, cu = sum(DOCS), offsets(DOCS)
+    x = torch.randn(total, heads[0], device="cuda")
+    dy = torch.randn(total, heads[0], device="cuda")
+    got = run_packed(ours, x.bfloat16(), dy, cu, max(DOCS))
+    ours.zero_grad(set_to_none=True)
+    ref = run_packed(exact, x.double(), dy.double(), cu, None)
+
+    xd = x.bfloat16().requires_grad_()
+    ends = cu.tolist()
+    y = torch.cat([ours(xd[None, a:b])[0] for a, b in zip(ends[:-1], ends[1:]) if b > a])
+    y.backward(dy.bfloat16())
+    dense = [y, xd.grad] + [p.grad for p in ours.parameters()]
+    for name, g, d, r in zip(names_of(ours), got, dense, ref):
+        assert g.shape == r.shape and g.dtype == torch.bfloat16, name
+        err, dense_err = rel_err(g, r), rel_err(d, r)
+        assert err <= TOL, f"{name}: relative error {err:.2e} (dense path per document: {dense_err:.2e})"
+        assert rel_err(g, d) <= 1e-2, f"{name}: packed and per-document dense differ by {rel_err(g, d):.2e}"
+
+
+@pytest.mark.parametrize("lengths", [[5000, 300, 0, 2000], [700, 1, 900]], ids=["over_4096", "short"])
+def test_packed_max_seqlen_is_only_a_hint(lengths):
+    """max_seqlen picks the forward's schedule (causal, head_dim 64: narrow tail tiles for documents up to 4096 keys);
+    the true longest length, a bound above it, None (the token count) and a value below it all give the reference's
+    result."""
+    ours, exact = with_options(512, 8, 2, causal=True)
+    cu = offsets(lengths)
+    x = torch.randn(sum(lengths), 512, device="cuda")
+    with torch.no_grad():
+        ref = exact(x.double(), cu)
+        outs = {hint: ours(x.bfloat16(), cu, hint) for hint in (max(lengths), 8192, None, 64)}
+    first = outs[max(lengths)]
+    for hint, y in outs.items():
+        assert rel_err(y, ref) <= TOL, f"max_seqlen={hint}: relative error {rel_err(y, ref):.2e}"
+        assert rel_err(y, first) <= 1e-2, f"max_seqlen={hint} differs from the true longest by {rel_err(y, first):.2e}"
+
+
+def test_packed_rows_past_the_last_offset():
+    """Rows after the last document attend to nothing: y there is proj's bias and their input gradient is 0; the
+    documents themselves are unaffected by them."""
+    ours, exact = with_options(512, 8, 2, bias=True, causal=True)
+    cu = offsets([200, 250])
+    x = torch.randn(1, 500, 512, device="cuda")
+    dy = torch.randn(1, 500, 512, device="cuda")
+    got = run_packed(ours, x.bfloat16(), dy, cu, None)
+    ref = run_packed(exact, x.double(), dy.double(), cu, None)
+    y, dx = got[0][0], got[1][0]
+    torch.testing.assert_close(y[450:], ours.proj.bias.detach().expand(50, 512), rtol=0, atol=0)
+    assert (dx[450:] == 0).all()
+    for name, g, r in zip(names_of(ours), got, ref):
+        assert rel_err(g, r) <= TOL, f"{name}: relative error {rel_err(g, r):.2e}"
+
+
+def test_packed_compiles_fullgraph():
+    """torch.compile(fullgraph=True) of the packed forward and backward equals eager; new offsets (same number of
+    documents) are data, not a reason to recompile."""
+    ours, _ = with_options(512, 8, 2, causal=True, window=(128, -1))
+    x = torch.randn(1, 1500, 512, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(1, 1500, 512, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(ours, fullgraph=True)
+    for i, lengths in enumerate(([700, 0, 800], [100, 600, 800])):
+        cu = offsets(lengths)
+        eager = run_packed(ours, x, dy, cu, 800)
+        ours.zero_grad(set_to_none=True)
+        if i == 0:
+            traced = run_packed(compiled, x, dy, cu, 800)
+        else:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                traced = run_packed(compiled, x, dy, cu, 800)
+        ours.zero_grad(set_to_none=True)
+        for name, c, e in zip(names_of(ours), traced, eager):
+            assert rel_err(c, e) <= 2e-3, f"offsets {lengths}, {name}: compiled differs from eager by {rel_err(c, e):.2e}"
