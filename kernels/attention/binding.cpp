@@ -33,7 +33,7 @@ constexpr const char *BACKWARD = "tk_ops.attention backward";
 
 // ---------------------------------------------------------------- the rules
 
-// "64 or 128", from the list the kernels are built for.
+// "64, 96, 128 or 256", from the list the kernels are built for.
 std::string head_dim_list() {
     std::string s;
     const size_t n = std::size(tk_attention::HEAD_DIMS);
@@ -67,10 +67,10 @@ double qkv_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
                 ": k and v must be (B, Hk, Nk, D) with q's batch ", B, " and head_dim ", D, ", got ", k.sym_sizes());
     check_input(Hk >= 1 && Hq % Hk == 0, ATTENTION, ": the query heads (", Hq,
                 ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
-    // The kernels index tasks and rows with 32-bit integers.
+    // The kernels index tasks and rows with 32-bit integers (backward tasks of 64 keys at the least).
     check_input(B < (int64_t(1) << 31) && Hq < (int64_t(1) << 31) && Nq < (int64_t(1) << 30) &&
                     Nk < (int64_t(1) << 30) && B * Hq * ((Nq + 127) / 64) < (int64_t(1) << 31) &&
-                    B * Hk * ((Nk + 127) / 128) < (int64_t(1) << 31),
+                    B * Hk * ((Nk + 63) / 64) < (int64_t(1) << 31),
                 ATTENTION, ": problem too large");
     if (!scale) return 1.0 / std::sqrt(double(D));
     check_input(std::isfinite(*scale), ATTENTION, ": scale must be a finite number or None, got ", *scale);
