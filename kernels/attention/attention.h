@@ -37,6 +37,27 @@ template <std::size_t I = 0, typename F> cudaError_t with_head_dim(int d, F &&f)
 
 enum class dtype { bf16, fp16 };
 
+// Which keys a query row sees. Row i of a (q_len, kv_len) problem sees keys j with
+//   i + diag - left <= j <= i + diag + right,   diag = kv_len - q_len
+// (bottom-right aligned, FlashAttention's convention), besides 0 <= j < kv_len. A side at WINDOW_UNLIMITED (or more)
+// has no limit: causal attention is right = 0; a sliding window sets left too. Any limit past the sequence ends
+// works as unlimited, so the binding clamps the sides to this value, which keeps row + diag +- side inside int32
+// (rows and key counts are below 2^30).
+constexpr int WINDOW_UNLIMITED = 1 << 30;
+struct band {
+    int left = WINDOW_UNLIMITED, right = WINDOW_UNLIMITED;
+    constexpr bool limited() const { return left < WINDOW_UNLIMITED || right < WINDOW_UNLIMITED; }
+    // The causal shape: the schedules' heuristics for uneven task loads assume it.
+    constexpr bool causal() const { return left >= WINDOW_UNLIMITED && right == 0; }
+};
+
+// The compile-time choices of a kernel beyond its element type and head dimension.
+struct variant {
+    bool banded = false;      // band limited on some side: masks per row, and skips whole tiles outside the band
+    bool softcap = false;     // scores s become softcap * tanh(s / softcap) before the softmax
+    bool narrow_tail = false; // forward only: a consumer's last tile runs as the narrowest product (attn_fwd)
+};
+
 using tk_kernels::out4;
 using tk_kernels::tensor4;
 
@@ -46,8 +67,9 @@ struct fwd_problem {
     float *lse; // (batch, q_heads, q_len) fp32, contiguous: natural-log sum of exp of the scaled scores
     int *task_counter; // 2 ints of device memory, zero at launch, that the blocks draw tasks from; left zero again
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
-    bool causal; // bottom-right aligned: query i sees keys j <= i + kv_len - q_len
+    band window; // causal is {WINDOW_UNLIMITED, 0}
     float scale;
+    float softcap; // 0: none
     dtype type;
 };
 
@@ -68,8 +90,9 @@ struct bwd_problem {
     float *dq_accum;         // fp32 scratch: bwd_scratch(*this).dq_floats, zeroed by the preparation
     out4 dk, dv;             // (batch, kv_heads, kv_len, head_dim), in the input dtype
     int batch, q_heads, kv_heads, q_len, kv_len, head_dim;
-    bool causal;
+    band window;
     float scale;
+    float softcap;
     dtype type;
     // Optional, for dQ converted inside the main kernel: the output, and bwd_scratch(*this).ints ints of scratch
     // that the preparation zeroes. Without them (sync null) backward_convert_dq converts all of dQ.
@@ -93,7 +116,7 @@ constexpr bool bwd_kernel_converts_dq(int head_dim) { return bwd_config_for(head
 constexpr int bwd_block_k(int head_dim) { return bwd_config_for(head_dim).block_k(); }
 inline bool bwd_heaviest_first(const bwd_problem &p) {
     const int block_k = bwd_block_k(p.head_dim);
-    return p.causal && (p.kv_len + block_k - 1) / block_k >= 64 && p.batch * p.kv_heads < 32;
+    return p.window.causal() && (p.kv_len + block_k - 1) / block_k >= 64 && p.batch * p.kv_heads < 32;
 }
 // Whether this call converts dQ in the main kernel (scratch given). Not in heaviest-first order: every head's last
 // task then runs in the final round, so nothing is complete before the end and counting the tasks only costs.

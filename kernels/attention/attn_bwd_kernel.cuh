@@ -34,18 +34,21 @@
 // designs, and why they do not fit, are in docs/attention.md.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
-// past kv_len (zero-filled by TMA) and, for causal attention, keys past a row's diagonal (bottom-right
-// aligned: query i sees keys j <= i + kv_len - q_len) get P = 0 on the tiles where that can happen.
+// past kv_len (zero-filled by TMA) and, for banded attention (causal, sliding windows: attention.h's band), keys
+// outside a row's band get P = 0 on the tiles where that can happen, and a task walks only the query tiles that
+// see its keys. With a softcap, P comes from the capped scores and dS picks up the cap's derivative:
+// d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2.
 #pragma once
 
 #include "attention.h"
 #include "kittens.cuh"
+#include "masking.cuh"
 #include "online_softmax.cuh"
 
 namespace tk_attention {
 using namespace kittens;
 
-template <typename T, int D, bool CAUSAL> struct attn_bwd {
+template <typename T, int D, variant V> struct attn_bwd {
     static_assert(supported_head_dim(D), "attention backward: D must be one of attention.h's HEAD_DIMS");
     // Task shape, query tile, ring, registers and the form of dQ per head dimension: attn_configs.h.
     static constexpr bwd_config CONFIG = bwd_config_for(D);
@@ -113,7 +116,10 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         int kv_heads, group; // group: query heads per kv head
         int q_len, kv_len, q_tiles, k_blocks, num_tasks;
         bool heaviest_first; // causal task order, see get_task
-        float scale, scale_log2;
+        band window;
+        float scale;
+        float scale_log2; // scale * log2(e); with a softcap, softcap * log2(e)
+        float inv_cap;    // with a softcap: scale / softcap
         dq_conversion convert;
     };
     struct input_block {
@@ -168,7 +174,7 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         if (round & 1) slot = min(grid, g.num_tasks - round * grid) - 1 - slot;
         const int order = round * grid + slot;
         int bh;
-        if (CAUSAL && g.heaviest_first) {
+        if (V.banded && g.heaviest_first) {
             const int heads = g.num_tasks / g.k_blocks;
             t.k_block = order / heads;
             bh = order - t.k_block * heads;
@@ -180,11 +186,12 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         t.b = bh / g.kv_heads;
         t.kv_head = bh - t.b * g.kv_heads;
         t.first_q_tile = 0;
-        if constexpr (CAUSAL) { // the first query row that sees key k0 is k0 - diag
-            const int first_row = max(0, t.k_block * BLOCK_K - (g.kv_len - g.q_len));
-            t.first_q_tile = min(first_row, g.q_len) / BLOCK_Q;
+        t.q_tiles_seen = g.q_tiles;
+        if constexpr (V.banded) {
+            const index_range rows = rows_seeing(t.k_block * BLOCK_K, (t.k_block + 1) * BLOCK_K - 1, g.q_len, g.kv_len, g.window);
+            t.first_q_tile = rows.empty() ? 0 : rows.first / BLOCK_Q;
+            t.q_tiles_seen = rows.empty() ? 0 : rows.last / BLOCK_Q - t.first_q_tile + 1;
         }
-        t.q_tiles_seen = max(0, g.q_tiles - t.first_q_tile);
         t.iters = t.q_tiles_seen * g.group;
         return true;
     }
@@ -246,29 +253,42 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
 
     // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x BLOCK_Q queries, from S^T and dP^T,
     // straight to the 16-bit operands of dV += P^T dO and dK += dS^T Q. `key0` is the key of the warp's first row,
-    // `q0` the query of column 0. With MASK, keys past kv_len (zero rows TMA filled in) and, causal, keys past a
-    // query's diagonal get P = 0.
+    // `q0` the query of column 0. With MASK, keys past kv_len (zero rows TMA filled in) and keys outside a query's
+    // band get P = 0.
     template <bool MASK>
     __device__ static inline void gradients(const globals &g, const input_block &in, const rt_fl<16, BLOCK_Q> &s,
                                             const rt_fl<16, BLOCK_Q> &dp, rt<T, 16, BLOCK_Q> &p_out,
                                             rt<T, 16, BLOCK_Q> &ds_out, int key0, int q0) {
         using T2 = typename rt<T, 16, BLOCK_Q>::T2;
+        // Per key (this lane's two rows, by pair_pos::half): the query columns that see it; none past kv_len.
+        index_range seen_by[2];
+        if constexpr (MASK) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int key = key0 + lane_row(0, half);
+                seen_by[half] = key >= g.kv_len ? index_range{1, 0}
+                              : V.banded        ? rows_seeing(key, key, g.q_len, g.kv_len, g.window)
+                                                : index_range{0, g.q_tiles * BLOCK_Q};
+                seen_by[half].first -= q0;
+                seen_by[half].last -= q0;
+            }
+        }
         for_each_pair(
             [&](pair_pos at, const float2 &sv, const float2 &dpv, T2 &p16, T2 &ds16) {
                 const float2 lse = *reinterpret_cast<const float2 *>(&in.lse2.data[at.col]);
                 const float2 delta = *reinterpret_cast<const float2 *>(&in.delta.data[at.col]);
-                float2 p = {fast_exp2(fmaf(sv.x, g.scale_log2, -lse.x)), fast_exp2(fmaf(sv.y, g.scale_log2, -lse.y))};
+                float2 x = sv; // the scores as the softmax saw them (up to its scale)
+                if constexpr (V.softcap) x = {fast_tanh(sv.x * g.inv_cap), fast_tanh(sv.y * g.inv_cap)};
+                float2 p = {fast_exp2(fmaf(x.x, g.scale_log2, -lse.x)), fast_exp2(fmaf(x.y, g.scale_log2, -lse.y))};
                 if constexpr (MASK) {
-                    const int key = key0 + at.row;
-                    if (key >= g.kv_len) p = {0.f, 0.f};
-                    if constexpr (CAUSAL) {
-                        const int q = q0 + at.col, diag = g.kv_len - g.q_len; // key visible to q iff key <= q + diag
-                        if (key > q + diag) p.x = 0.f;
-                        if (key > q + 1 + diag) p.y = 0.f;
-                    }
+                    const index_range seen = seen_by[at.half];
+                    if (at.col < seen.first || at.col > seen.last) p.x = 0.f;
+                    if (at.col + 1 < seen.first || at.col + 1 > seen.last) p.y = 0.f;
                 }
+                float2 ds = {p.x * (dpv.x - delta.x), p.y * (dpv.y - delta.y)};
+                if constexpr (V.softcap) ds = {ds.x * fmaf(-x.x, x.x, 1.f), ds.y * fmaf(-x.y, x.y, 1.f)};
                 p16 = convert<T2>(p);
-                ds16 = convert<T2>(float2{p.x * (dpv.x - delta.x), p.y * (dpv.y - delta.y)});
+                ds16 = convert<T2>(ds);
             },
             s, dp, p_out, ds_out);
     }
@@ -317,10 +337,10 @@ template <typename T, int D, bool CAUSAL> struct attn_bwd {
         const int key0 = c.task.k_block * BLOCK_K + slab_of(e) * KEYS;
         const int q0 = qt * BLOCK_Q;
         const bool ragged = key0 + KEYS > c.g.kv_len;
-        const bool diagonal = CAUSAL && key0 + KEYS - 1 > q0 + c.g.kv_len - c.g.q_len;
+        const bool edge = V.banded && tile_needs_mask(q0, q0 + BLOCK_Q - 1, key0, key0 + KEYS - 1, c.g.q_len, c.g.kv_len, c.g.window);
         rt<T, 16, BLOCK_Q> p, ds;
         const int warp_key0 = key0 + warpgroup::warp_row0();
-        if (ragged || diagonal) gradients<true>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
+        if (ragged || edge) gradients<true>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
         else gradients<false>(c.g, c.input, s, dp, p, ds, warp_key0, q0);
         warpgroup::mma_AB(c.state.dv, p, own_cols(c.input.dout, e));
         warpgroup::mma_AB(c.state.dk, ds, own_cols(c.input.q, e));

@@ -42,13 +42,16 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
         const int k_blocks = (p.kv_len + K::BLOCK_K - 1) / K::BLOCK_K;
         const bool heaviest_first = bwd_heaviest_first(p);
         return G{q, dout, k, v, lse2, delta, dq, k, v, p.kv_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len,
-                 rows / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, heaviest_first, 0.f, 0.f};
+                 rows / K::BLOCK_Q, k_blocks, p.batch * p.kv_heads * k_blocks, heaviest_first, p.window, 0.f, 0.f, 0.f};
     });
     g.dk = output_map<typename K::kv_gl>(p.dk, p.batch, p.kv_heads, p.kv_len, p.head_dim);
     g.dv = output_map<typename K::kv_gl>(p.dv, p.batch, p.kv_heads, p.kv_len, p.head_dim);
     // Fields that no TMA map encodes are set per call.
     g.scale = p.scale;
-    g.scale_log2 = p.scale * kittens::LOG2E;
+    g.window = p.window;
+    g.heaviest_first = bwd_heaviest_first(p);
+    g.scale_log2 = (p.softcap > 0.f ? p.softcap : p.scale) * kittens::LOG2E; // as the forward's (masking.cuh)
+    g.inv_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
     typename K::dq_conversion cv{};
     if (K::CONVERT_IN_KERNEL && bwd_converts_in_kernel(p)) {
         cv.sync = bwd_sync_of(p);
@@ -64,12 +67,15 @@ template <typename K> cudaError_t launch_backward(const bwd_problem &p, cudaStre
     return kittens::lcsf::launch_kernel<K, &attn_bwd_kernel<K>, kittens::lcsf::shared_bytes<K>()>(g, g.num_tasks, stream);
 }
 
+template <typename T, int D, bool SOFTCAP> cudaError_t backward_capped(const bwd_problem &p, cudaStream_t stream) {
+    if (p.window.limited()) return launch_backward<attn_bwd<T, D, variant{.banded = true, .softcap = SOFTCAP}>>(p, stream);
+    return launch_backward<attn_bwd<T, D, variant{.softcap = SOFTCAP}>>(p, stream);
+}
+template <typename T, int D> cudaError_t backward_typed(const bwd_problem &p, cudaStream_t stream) {
+    return p.softcap > 0.f ? backward_capped<T, D, true>(p, stream) : backward_capped<T, D, false>(p, stream);
+}
 template <int D> cudaError_t backward_for(const bwd_problem &p, cudaStream_t stream) {
-    using kittens::bf16;
-    using kittens::half;
-    if (p.type == dtype::bf16)
-        return p.causal ? launch_backward<attn_bwd<bf16, D, true>>(p, stream) : launch_backward<attn_bwd<bf16, D, false>>(p, stream);
-    return p.causal ? launch_backward<attn_bwd<half, D, true>>(p, stream) : launch_backward<attn_bwd<half, D, false>>(p, stream);
+    return p.type == dtype::bf16 ? backward_typed<kittens::bf16, D>(p, stream) : backward_typed<kittens::half, D>(p, stream);
 }
 
 } // namespace tk_attention

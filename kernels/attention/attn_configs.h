@@ -17,6 +17,7 @@ constexpr bool registers_fit(int consumers, int producer_registers, int consumer
 struct fwd_config {
     int consumers = 0; // consumer warpgroups, 64 query rows each
     int kv = 0;        // keys per K / V tile
+    int kv_softcap = 0; // keys per tile with a softcap, whose tanh holds more registers per score
     int stages = 0;    // K / V ring stages
     int q_slots = 0;   // Q tiles per consumer: with 2 the next task's Q loads while this one runs
     int producer_registers = 0, consumer_registers = 0;
@@ -28,19 +29,24 @@ constexpr fwd_config fwd_config_for(int head_dim) {
     switch (head_dim) {
     // Three consumers overlap each other's softmax and products; 3 x 160 + 32 registers per lane are the whole file
     // (the producer's task draw spilled at 24). D = 64: 3 x 44 KB + 48 KB of Q slots, and 192-key tiles spill.
-    // D = 128: 2 x 56 KB + 96 KB; 128-key tiles would leave no room for the second Q slot.
+    // D = 128: 2 x 56 KB + 96 KB; 128-key tiles would leave no room for the second Q slot. With a softcap, 176-key
+    // tiles spill at D = 64 and 144 do not.
     case 64:
-        return {.consumers = 3, .kv = 176, .stages = 3, .q_slots = 2, .producer_registers = 32, .consumer_registers = 160};
+        return {.consumers = 3, .kv = 176, .kv_softcap = 144, .stages = 3, .q_slots = 2, .producer_registers = 32,
+                .consumer_registers = 160};
     case 128:
-        return {.consumers = 3, .kv = 112, .stages = 2, .q_slots = 2, .producer_registers = 32, .consumer_registers = 160};
+        return {.consumers = 3, .kv = 112, .kv_softcap = 112, .stages = 2, .q_slots = 2, .producer_registers = 32,
+                .consumer_registers = 160};
     // D = 96: 3 x 48 KB + 72 KB. O takes 48 registers and the scores of 128 keys 64, about D = 128's budget.
     case 96:
-        return {.consumers = 3, .kv = 128, .stages = 3, .q_slots = 2, .producer_registers = 32, .consumer_registers = 160};
+        return {.consumers = 3, .kv = 128, .kv_softcap = 128, .stages = 3, .q_slots = 2, .producer_registers = 32,
+                .consumer_registers = 160};
     // D = 256: O alone is 128 registers per thread, so two consumers at 232 (2 x 232 + 40 = 504 is the pool of 384
     // threads at 168). A Q tile is 32 KB: one slot per consumer (64 KB) and 2 stages of 80 keys (2 x 80 KB) fill
     // 224 KB, where two slots would leave room for 32-key tiles only.
     case 256:
-        return {.consumers = 2, .kv = 80, .stages = 2, .q_slots = 1, .producer_registers = 40, .consumer_registers = 232};
+        return {.consumers = 2, .kv = 80, .kv_softcap = 80, .stages = 2, .q_slots = 1, .producer_registers = 40,
+                .consumer_registers = 232};
     default:
         return {};
     }

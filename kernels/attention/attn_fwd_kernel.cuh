@@ -18,29 +18,31 @@
 // is the first, which sees the fewest keys; at the end it would be the heaviest task, run by one consumer
 // without the others' overlap.
 //
-// Causal attention is bottom-right aligned (query i sees keys j <= i + kv_len - q_len, as FlashAttention
-// does for q_len != kv_len). Tiles wholly past a consumer's diagonal are skipped, tiles past every row of the
-// task are never loaded, and masks are applied only to the tiles that straddle a diagonal or the ragged end.
+// Banded attention (causal, sliding windows: the band of attention.h, bottom-right aligned as in FlashAttention)
+// walks only the key tiles some row of the task sees; a consumer skips the tiles none of its rows sees, and masks
+// are applied only to the tiles that straddle an edge of the band or the ragged end. With a softcap, S becomes
+// tanh(scale / softcap * S) before the softmax, which then runs at scale softcap.
 #pragma once
 
 #include "attention.h"
 #include "kittens.cuh"
+#include "masking.cuh"
 #include "online_softmax.cuh"
 
 namespace tk_attention {
 using namespace kittens;
 
-// Narrow tail tiles (attn_fwd's NARROW_TAIL) need key tiles one swizzle chunk wide: D = 64.
+// Narrow tail tiles (variant::narrow_tail) need key tiles one swizzle chunk wide: D = 64.
 constexpr bool fwd_narrow_tails_fit(int head_dim) { return head_dim == 64; }
 
-template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_fwd {
+template <typename T, int D, variant V> struct attn_fwd {
     static_assert(supported_head_dim(D), "attention forward: D must be one of attention.h's HEAD_DIMS");
     // Consumers, key tile, ring depth, Q slots and registers per head dimension: attn_configs.h.
     static constexpr fwd_config CONFIG = fwd_config_for(D);
     static constexpr int NUM_CONSUMERS = CONFIG.consumers;
     static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
     static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
-    static constexpr int KV = CONFIG.kv;
+    static constexpr int KV = V.softcap ? CONFIG.kv_softcap : CONFIG.kv;
     static constexpr int INPUT_STAGES = CONFIG.stages;
     static constexpr int Q_SLOTS = CONFIG.q_slots;
     static_assert(Q_SLOTS == 1 || Q_SLOTS == 2, "attention forward: one or two Q slots per consumer");
@@ -49,11 +51,11 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
     static constexpr int PRODUCER_REGISTERS = CONFIG.producer_registers, CONSUMER_REGISTERS = CONFIG.consumer_registers;
     static_assert(registers_fit(NUM_CONSUMERS, PRODUCER_REGISTERS, CONSUMER_REGISTERS),
                   "attention forward: the register split exceeds the block's pool");
-    // NARROW_TAIL: a consumer's last tile (cut by its diagonal or the sequence end) runs as a 64-, 128- or
+    // narrow_tail: a consumer's last tile (cut by its diagonal or the sequence end) runs as a 64-, 128- or
     // KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such tiles are
     // many: the narrow bodies make the kernel longer, and that alone costs time on every tile (see
     // attn_fwd_launch.cuh for where it is used).
-    static_assert(!NARROW_TAIL || fwd_narrow_tails_fit(D), "attention forward: narrow tail tiles need D = 64");
+    static_assert(!V.narrow_tail || fwd_narrow_tails_fit(D), "attention forward: narrow tail tiles need D = 64");
     // Dynamic tasks: LCSF's producer looks each block's next task up, and setup prefetches that task's Q.
     static constexpr bool DYNAMIC_TASKS = true;
 
@@ -72,7 +74,9 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         int q_shift;         // block qb covers rows qb * BLOCK_Q - q_shift ..: 0 or BLOCK_Q - Q_ROWS, see the top
         int heads_per_group; // task order: see get_task
         int *task_counter;   // LCSF's dynamic schedule: 2 ints, zero at launch and left zero
-        float scale_log2; // softmax scale * log2(e), > 0 (the host folds other signs into q)
+        band window;
+        float scale_log2; // softmax scale * log2(e), > 0 (the host folds other signs into q); with a softcap, softcap * log2(e)
+        float inv_cap;    // with a softcap: scale / softcap
     };
     struct input_block {
         kv_tile k, v;
@@ -87,7 +91,8 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         int tasks = 0; // tasks this consumer has started: selects the Q slot and its barrier phase
     };
     struct task {
-        int id, b, h, q_block, iters;
+        int id, b, h, q_block;
+        int first_tile, iters; // the key tiles first_tile .. first_tile + iters - 1
     };
 
     // Tasks are drawn dynamically (LCSF's DYNAMIC_TASKS): each block takes the next id when it starts a task, so
@@ -112,11 +117,13 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
         t.b = bh / g.q_heads;
         t.h = bh - t.b * g.q_heads;
         t.q_block = qb;
+        t.first_tile = 0;
         t.iters = g.kv_tiles;
-        if constexpr (CAUSAL) {
-            const int last_row = min((qb + 1) * BLOCK_Q - g.q_shift, g.q_len) - 1;
-            const int last_key = last_row + g.kv_len - g.q_len;
-            t.iters = last_key < 0 ? 0 : min(g.kv_tiles, last_key / KV + 1);
+        if constexpr (V.banded) {
+            const int first_row = max(qb * BLOCK_Q - g.q_shift, 0), last_row = min((qb + 1) * BLOCK_Q - g.q_shift, g.q_len) - 1;
+            const index_range keys = keys_seen(first_row, last_row, g.q_len, g.kv_len, g.window);
+            t.first_tile = keys.empty() ? 0 : keys.first / KV;
+            t.iters = keys.empty() ? 0 : keys.last / KV - t.first_tile + 1;
         }
         return true;
     }
@@ -124,8 +131,9 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
     __device__ static inline void load(lcsf::producer_args<attn_fwd> &p) {
         const int kv_head = p.task.h / p.g.group;
         tma::expect<kv_tile, kv_tile>(p.arrived);
-        tma::load_async(p.input.k, p.g.k, {p.task.b, kv_head, p.iter, 0}, p.arrived);
-        tma::load_async(p.input.v, p.g.v, {p.task.b, kv_head, p.iter, 0}, p.arrived);
+        const int tile = p.task.first_tile + p.iter;
+        tma::load_async(p.input.k, p.g.k, {p.task.b, kv_head, tile, 0}, p.arrived);
+        tma::load_async(p.input.v, p.g.v, {p.task.b, kv_head, tile, 0}, p.arrived);
     }
 
     __device__ static inline int first_row(const globals &g, const task &t, int consumer) {
@@ -182,21 +190,23 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
     }
 
     // One tile's step for this consumer over its first W keys (the rest, if any, are masked for all its rows).
-    template <int W> __device__ static inline void tile_step(lcsf::consumer_args<attn_fwd> &c, int key0, int row0, int diag) {
+    template <int W> __device__ static inline void tile_step(lcsf::consumer_args<attn_fwd> &c, int key0, int row0) {
+        const globals &g = c.g;
         rt_fl<16, W> s;
         warpgroup::mm_ABt(s, q_of(c), leading<W>(c.input.k));
         warpgroup::mma_async_wait(s);
+        if constexpr (V.softcap) softcap_scores(s, g.inv_cap); // before masking: tanh would undo a -inf
 
-        const bool ragged = key0 + W > c.g.kv_len;
-        const bool diagonal = CAUSAL && key0 + W - 1 > row0 + diag;
-        if (ragged || diagonal) {
+        const bool ragged = key0 + W > g.kv_len;
+        if (ragged || (V.banded && tile_needs_mask(row0, row0 + Q_ROWS - 1, key0, key0 + W - 1, g.q_len, g.kv_len, g.window))) {
             const int warp_row0 = row0 + warpgroup::warp_row0();
-            int last_key[2] = {c.g.kv_len - 1, c.g.kv_len - 1};
-            if constexpr (CAUSAL) {
+            index_range keys[2];
 #pragma unroll
-                for (int half = 0; half < 2; half++) last_key[half] = min(last_key[half], warp_row0 + lane_row(0, half) + diag);
+            for (int half = 0; half < 2; half++) {
+                const int row = warp_row0 + lane_row(0, half);
+                keys[half] = V.banded ? keys_seen(row, row, g.q_len, g.kv_len, g.window) : index_range{0, g.kv_len - 1};
             }
-            mask_scores(s, key0, last_key);
+            mask_scores(s, key0, keys);
         }
         float rescale[2];
         if (softmax_step(s, c.state.stats, c.g.scale_log2, rescale)) scale_rows(c.state.o, rescale);
@@ -209,27 +219,25 @@ template <typename T, int D, bool CAUSAL, bool NARROW_TAIL = false> struct attn_
     }
 
     // The narrowest of the widths W, Ws... (ascending, the last = KV) that holds the `seen` leading keys.
-    template <int W, int... Ws> __device__ static inline void narrowest_step(lcsf::consumer_args<attn_fwd> &c, int seen, int key0, int row0, int diag) {
-        if constexpr (sizeof...(Ws) == 0) tile_step<W>(c, key0, row0, diag);
-        else if (seen <= W) tile_step<W>(c, key0, row0, diag);
-        else narrowest_step<Ws...>(c, seen, key0, row0, diag);
+    template <int W, int... Ws> __device__ static inline void narrowest_step(lcsf::consumer_args<attn_fwd> &c, int seen, int key0, int row0) {
+        if constexpr (sizeof...(Ws) == 0) tile_step<W>(c, key0, row0);
+        else if (seen <= W) tile_step<W>(c, key0, row0);
+        else narrowest_step<Ws...>(c, seen, key0, row0);
     }
 
     __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
-        const int key0 = c.iter * KV;
-        const int diag = c.g.kv_len - c.g.q_len; // causal: row i sees keys <= i + diag
-        const int row0 = first_row(c.g, c.task, c.consumer);
-        // Nothing to do: an idle consumer of the ragged block, or (causal) a tile past every row's diagonal (and
-        // so are later tiles).
-        if (idle(c.g, row0) || (CAUSAL && key0 > row0 + Q_ROWS - 1 + diag)) return;
-        if constexpr (NARROW_TAIL) {
-            // Keys of this tile that some row of this consumer sees: a tile cut by the diagonal or the sequence
-            // end runs as the narrowest product that holds them.
-            int seen = c.g.kv_len - key0;
-            if constexpr (CAUSAL) seen = min(seen, row0 + Q_ROWS + diag - key0);
-            narrowest_step<64, 128, KV>(c, seen, key0, row0, diag);
+        const globals &g = c.g;
+        const int key0 = (c.task.first_tile + c.iter) * KV;
+        const int row0 = first_row(g, c.task, c.consumer), row1 = row0 + Q_ROWS - 1;
+        // Nothing to do: an idle consumer of the ragged block, or (banded) a tile that none of its rows sees.
+        if (idle(g, row0) || (V.banded && tile_outside_band(row0, row1, key0, key0 + KV - 1, g.q_len, g.kv_len, g.window))) return;
+        if constexpr (V.narrow_tail) {
+            // Keys of this tile that some row of this consumer sees: a tile cut by the band's right edge or the
+            // sequence end runs as the narrowest product that holds them.
+            const index_range keys = keys_seen(row0, row1, g.q_len, g.kv_len, g.window);
+            narrowest_step<64, 128, KV>(c, keys.last + 1 - key0, key0, row0);
         } else {
-            tile_step<KV>(c, key0, row0, diag);
+            tile_step<KV>(c, key0, row0);
         }
     }
 

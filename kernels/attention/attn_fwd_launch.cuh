@@ -22,7 +22,7 @@ inline int heads_per_group(const fwd_problem &p) {
     const int64_t budget = int64_t(12) << 20;
     int64_t kv_heads = budget / (kv_bytes > 0 ? kv_bytes : 1);
     if (kv_heads < 1) kv_heads = 1;
-    if (p.causal) kv_heads = std::max<int64_t>(kv_heads, (24 + group - 1) / group);
+    if (p.window.causal()) kv_heads = std::max<int64_t>(kv_heads, (24 + group - 1) / group);
     const int64_t all = int64_t(p.batch) * p.q_heads;
     const int64_t heads = kv_heads * group;
     return int(heads < all ? heads : all);
@@ -32,19 +32,20 @@ inline int heads_per_group(const fwd_problem &p) {
 // tile, one in every kv_len / KV, then costs what its visible keys need, while the longer kernel costs a little on
 // every other tile: it wins while diagonal tiles are a large share, up to 4096 keys.
 inline bool narrow_causal_tails(const fwd_problem &p) {
-    return p.causal && fwd_narrow_tails_fit(p.head_dim) && p.kv_len <= 4096;
+    return p.window.causal() && p.softcap == 0.f && fwd_narrow_tails_fit(p.head_dim) && p.kv_len <= 4096;
 }
 
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
-    static tk_kernels::globals_cache<G, 20> cache; // the TMA maps depend on pointers, shapes and strides
+    // The TMA maps depend on pointers, shapes and strides; the task layout (q_shift, head groups) on the band too.
+    static tk_kernels::globals_cache<G, 20> cache;
     typename tk_kernels::globals_cache<G, 20>::key_t key = {
-        uint64_t(p.q.ptr), uint64_t(p.k.ptr), uint64_t(p.v.ptr), 0,
+        uint64_t(p.q.ptr), uint64_t(p.k.ptr), uint64_t(p.v.ptr), uint64_t(p.window.left),
         uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.kv_heads), uint64_t(p.q_len), uint64_t(p.kv_len),
         uint64_t(p.q.stride_b), uint64_t(p.q.stride_h), uint64_t(p.q.stride_n),
         uint64_t(p.k.stride_b), uint64_t(p.k.stride_h), uint64_t(p.k.stride_n),
-        uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n), 0, 0};
+        uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n), uint64_t(p.window.right), 0};
     G g = cache.get(key, [&] {
         auto ptr = [](const void *x) { return reinterpret_cast<T *>(const_cast<void *>(x)); };
         typename K::q_gl q(ptr(p.q.ptr), p.batch, p.q_heads, p.q_len, p.head_dim, p.q.stride_b, p.q.stride_h, p.q.stride_n);
@@ -52,26 +53,31 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
         const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
         const int ragged_rows = p.q_len % K::BLOCK_Q; // causal: a one-consumer last block moves to the front
-        const int q_shift = p.causal && ragged_rows > 0 && ragged_rows <= K::Q_ROWS ? K::BLOCK_Q - K::Q_ROWS : 0;
+        const int q_shift = p.window.causal() && ragged_rows > 0 && ragged_rows <= K::Q_ROWS ? K::BLOCK_Q - K::Q_ROWS : 0;
         return G{q, k, v, q, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
                  (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, q_shift, heads_per_group(p),
-                 nullptr, 0.f};
+                 nullptr, p.window, 0.f, 0.f};
     });
     g.o = output_map<typename K::q_gl>(p.o, p.batch, p.q_heads, p.q_len, p.head_dim);
     // Fields that no map encodes (the LSE, the scale) are set per call.
     g.lse = p.lse;
-    g.scale_log2 = p.scale * kittens::LOG2E;
+    // With a softcap the softmax sees tanh(scale / softcap * S) at scale softcap (masking.cuh).
+    g.scale_log2 = (p.softcap > 0.f ? p.softcap : p.scale) * kittens::LOG2E;
+    g.inv_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
     g.task_counter = p.task_counter;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 
-// The forward kernel for element type T and head dimension D, by masking.
-template <typename T, int D> cudaError_t forward_typed(const fwd_problem &p, cudaStream_t stream) {
-    if (!p.causal) return launch_forward<attn_fwd<T, D, false>>(p, stream);
-    if constexpr (fwd_narrow_tails_fit(D)) {
-        if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, true, true>>(p, stream);
+// The forward kernel for element type T and head dimension D, by band and softcap.
+template <typename T, int D, bool SOFTCAP> cudaError_t forward_capped(const fwd_problem &p, cudaStream_t stream) {
+    if (!p.window.limited()) return launch_forward<attn_fwd<T, D, variant{.softcap = SOFTCAP}>>(p, stream);
+    if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP) {
+        if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, variant{.banded = true, .narrow_tail = true}>>(p, stream);
     }
-    return launch_forward<attn_fwd<T, D, true>>(p, stream);
+    return launch_forward<attn_fwd<T, D, variant{.banded = true, .softcap = SOFTCAP}>>(p, stream);
+}
+template <typename T, int D> cudaError_t forward_typed(const fwd_problem &p, cudaStream_t stream) {
+    return p.softcap > 0.f ? forward_capped<T, D, true>(p, stream) : forward_capped<T, D, false>(p, stream);
 }
 
 template <int D> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {

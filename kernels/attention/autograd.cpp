@@ -2,7 +2,7 @@
 // host time per call, in eager mode and inside a compiled backward graph alike (every op call there still
 // passes the Autograd key), where this costs what a built-in op does.
 //
-// attention_fwd(q, k, v, causal, scale) -> (O, LSE). The gradient of O comes from attention_bwd, which
+// attention_fwd(q, k, v, <options>) -> (O, LSE), the options being causal, scale, window and softcap. The gradient of O comes from attention_bwd, which
 // recomputes the probabilities from LSE. A gradient flowing into LSE (a loss that uses the log-sum-exp) adds
 // dLSE_i / dS_ij = P_ij * grad_lse_i to dS = P * (dP - delta), where dP = dO V^T and delta_i = rowsum(dO_i * O_i),
 // O entering only through delta. One more attention_bwd call computes exactly that term: O = 0 (delta = 0),
@@ -29,27 +29,35 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 using scale_t = std::optional<double>;
-using fwd_fn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, scale_t);
+using fwd_fn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &, bool, scale_t,
+                                                  int64_t, int64_t, double);
 using bwd_fn = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                                               const at::Tensor &, const at::Tensor &, const at::Tensor &,
-                                                              bool, scale_t);
+                                                              bool, scale_t, int64_t, int64_t, double);
 
-std::tuple<at::Tensor, at::Tensor> call_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal,
-                                            scale_t scale) {
+// The ops' options after the tensors, passed through unchanged from the forward to the backward.
+struct options {
+    bool causal;
+    scale_t scale;
+    int64_t window_left, window_right;
+    double softcap;
+};
+
+std::tuple<at::Tensor, at::Tensor> call_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const options &o) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_fwd", "").typed<fwd_fn>();
-    return op.call(q, k, v, causal, scale);
+    return op.call(q, k, v, o.causal, o.scale, o.window_left, o.window_right, o.softcap);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> call_bwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                                                         const at::Tensor &o, const at::Tensor &dout,
-                                                        const at::Tensor &lse, bool causal, scale_t scale) {
+                                                        const at::Tensor &lse, const options &opt) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_bwd", "").typed<bwd_fn>();
-    return op.call(q, k, v, o, dout, lse, causal, scale);
+    return op.call(q, k, v, o, dout, lse, opt.causal, opt.scale, opt.window_left, opt.window_right, opt.softcap);
 }
 
 // (dQ, dK) in fp32 of sum_i grad_lse_i * LSE_i (see the top of the file).
 std::tuple<at::Tensor, at::Tensor> lse_term(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                            const at::Tensor &lse, const at::Tensor &grad_lse, bool causal, scale_t scale) {
+                                            const at::Tensor &lse, const at::Tensor &grad_lse, const options &opt) {
     const c10::SymInt d = q.sym_size(-1);
     const at::Tensor g = grad_lse.to(at::kFloat);
     const at::Tensor m = g.abs().amax().clamp_min(FLT_MIN);
@@ -57,18 +65,21 @@ std::tuple<at::Tensor, at::Tensor> lse_term(const at::Tensor &q, const at::Tenso
     c10::SymDimVector unit_shape(v.sym_sizes().begin(), v.sym_sizes().end());
     unit_shape.back() = 1;
     const at::Tensor v_unit = at::constant_pad_nd_symint(at::ones_symint(unit_shape, v.options()), {0, d - 1});
-    const auto [dq, dk, dv_unused] = call_bwd(q, k, v_unit, at::zeros_like(dout), dout, lse, causal, scale);
+    const auto [dq, dk, dv_unused] = call_bwd(q, k, v_unit, at::zeros_like(dout), dout, lse, opt);
     return {dq.to(at::kFloat) * m, dk.to(at::kFloat) * m};
 }
 
 struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static variable_list forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                 bool causal, scale_t scale) {
+                                 bool causal, scale_t scale, int64_t window_left, int64_t window_right, double softcap) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
-        auto [o, lse] = call_fwd(q, k, v, causal, scale);
+        auto [o, lse] = call_fwd(q, k, v, {causal, scale, window_left, window_right, softcap});
         ctx->save_for_backward({q, k, v, o, lse});
         ctx->saved_data["causal"] = causal;
         ctx->saved_data["scale"] = scale;
+        ctx->saved_data["window_left"] = window_left;
+        ctx->saved_data["window_right"] = window_right;
+        ctx->saved_data["softcap"] = softcap;
         // An output that does not reach the loss (usually LSE) then arrives undefined instead of as zeros, so the
         // common case needs neither a data-dependent check (a device sync) nor a second backward call.
         ctx->set_materialize_grads(false);
@@ -78,35 +89,38 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
         const variable_list saved = ctx->get_saved_variables();
         const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
-        const bool causal = ctx->saved_data["causal"].toBool();
-        const scale_t scale = ctx->saved_data["scale"].toOptional<double>();
+        const options opt{ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toOptional<double>(),
+                          ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
+                          ctx->saved_data["softcap"].toDouble()};
         const at::Tensor &grad_out = grads[0], &grad_lse = grads[1];
         // Gradients of gradients are not supported by the kernels; outside create_graph, skip the autograd layer.
         std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
         if (!at::GradMode::is_enabled()) below_autograd.emplace();
         at::Tensor dq, dk, dv;
         if (grad_out.defined()) {
-            std::tie(dq, dk, dv) = call_bwd(q, k, v, o, grad_out, lse, causal, scale);
+            std::tie(dq, dk, dv) = call_bwd(q, k, v, o, grad_out, lse, opt);
         } else {
             dv = at::zeros_like(v, at::MemoryFormat::Contiguous);
         }
         if (grad_lse.defined() && grad_lse.sym_numel() > 0) {
-            auto [lq, lk] = lse_term(q, k, v, lse, grad_lse, causal, scale);
+            auto [lq, lk] = lse_term(q, k, v, lse, grad_lse, opt);
             dq = (dq.defined() ? dq.to(at::kFloat) + lq : lq).to(q.scalar_type());
             dk = (dk.defined() ? dk.to(at::kFloat) + lk : lk).to(k.scalar_type());
         }
         return {ctx->needs_input_grad(0) ? dq : at::Tensor(), ctx->needs_input_grad(1) ? dk : at::Tensor(),
-                ctx->needs_input_grad(2) ? dv : at::Tensor(), at::Tensor(), at::Tensor()};
+                ctx->needs_input_grad(2) ? dv : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+                at::Tensor()};
     }
 };
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_autograd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                                          bool causal, scale_t scale) {
+                                                          bool causal, scale_t scale, int64_t window_left,
+                                                          int64_t window_right, double softcap) {
     if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad())) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
-        return call_fwd(q, k, v, causal, scale);
+        return call_fwd(q, k, v, {causal, scale, window_left, window_right, softcap});
     }
-    const variable_list out = AttentionFunction::apply(q, k, v, causal, scale);
+    const variable_list out = AttentionFunction::apply(q, k, v, causal, scale, window_left, window_right, softcap);
     return {out[0], out[1]};
 }
 

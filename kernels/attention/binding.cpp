@@ -1,6 +1,6 @@
-// The attention ops as torch sees them: tk_ops::attention_fwd(q, k, v, causal, scale) -> (O, LSE) and
-// tk_ops::attention_bwd(q, k, v, o, dout, lse, causal, scale) -> (dQ, dK, dV) (schemas, and their CUDA, Meta and CPU
-// kernels; the autograd of attention_fwd is in autograd.cpp).
+// The attention ops as torch sees them: tk_ops::attention_fwd(q, k, v, causal, scale, window_left, window_right,
+// softcap) -> (O, LSE) and tk_ops::attention_bwd(q, k, v, o, dout, lse, <the same options>) -> (dQ, dK, dV) (schemas,
+// and their CUDA, Meta and CPU kernels; the autograd of attention_fwd is in autograd.cpp).
 //
 // Each op's rules are one function below, shared by its three kernels: the CUDA kernel checks them before anything
 // reaches a kernel, the Meta kernel (torch.compile's fake tensors) checks them and lays the outputs out the same way,
@@ -77,6 +77,20 @@ double qkv_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
     return *scale;
 }
 
+// The masking options: window sides -1 (unlimited) or >= 0, softcap 0 (none) or > 0. Returns the kernels' band:
+// causal sets the right side to 0, as in FlashAttention.
+tk_attention::band band_rules(bool causal, int64_t window_left, int64_t window_right, double softcap) {
+    check_input(window_left >= -1 && window_right >= -1, ATTENTION,
+                ": window must be (left, right) with each side -1 (unlimited) or a number of keys >= 0, got (",
+                window_left, ", ", window_right, ")");
+    check_input(std::isfinite(softcap) && softcap >= 0, ATTENTION,
+                ": softcap must be 0 (none) or a positive number, got ", softcap);
+    const auto side = [](int64_t w) {
+        return w < 0 ? tk_attention::WINDOW_UNLIMITED : int(std::min<int64_t>(w, tk_attention::WINDOW_UNLIMITED));
+    };
+    return {side(window_left), causal ? 0 : side(window_right)};
+}
+
 // The forward's saved O, the incoming dO and the LSE, as the forward gave them.
 void backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &dout, const at::Tensor &lse) {
     for (const named_tensor &t : {named_tensor{"o", o}, named_tensor{"dout", dout}}) {
@@ -110,8 +124,8 @@ void check_launch(cudaError_t e, const char *what) {
 
 // The fields the forward and backward problems share: q, k, v as the kernels read them, and the sizes.
 template <typename Problem>
-void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal,
-                     double scale) {
+void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, tk_attention::band window,
+                     double scale, double softcap) {
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
@@ -121,8 +135,9 @@ void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const
     p.q_len = int(q.size(2));
     p.kv_len = int(k.size(2));
     p.head_dim = int(q.size(3));
-    p.causal = causal;
+    p.window = window;
     p.scale = float(scale);
+    p.softcap = float(softcap);
     p.type = kernel_type(q);
 }
 
@@ -143,8 +158,10 @@ at::Tensor task_counter(const c10::Device &device) {
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
-                                                      const at::Tensor &v_in, bool causal, std::optional<double> scale_in) {
+                                                      const at::Tensor &v_in, bool causal, std::optional<double> scale_in,
+    int64_t window_left, int64_t window_right, double softcap) {
     double scale = qkv_rules(q_in, k_in, v_in, scale_in);
+    const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
     check_devices(ATTENTION, {{"q", q_in}, {"k", k_in}, {"v", v_in}});
     const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Nk = k_in.size(2);
 
@@ -171,7 +188,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, co
     const at::Tensor q = tma_readable_copy(q_pos), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
 
     tk_attention::fwd_problem p{};
-    describe_inputs(p, q, k, v, causal, scale);
+    describe_inputs(p, q, k, v, window, scale, softcap);
     p.o = out_of(o);
     p.lse = lse.data_ptr<float>();
     const at::Tensor counter = task_counter(q_in.device());
@@ -185,8 +202,10 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, co
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
                                                                   const at::Tensor &v_in, const at::Tensor &o_in,
                                                                   const at::Tensor &dout_in, const at::Tensor &lse_in,
-                                                                  bool causal, std::optional<double> scale_in) {
+                                                                  bool causal, std::optional<double> scale_in,
+    int64_t window_left, int64_t window_right, double softcap) {
     const double scale = qkv_rules(q_in, k_in, v_in, scale_in);
+    const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
     backward_rules(q_in, o_in, dout_in, lse_in);
     check_devices(BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"dout", dout_in}, {"lse", lse_in}});
     const int64_t B = q_in.size(0), Hq = q_in.size(1), Nq = q_in.size(2), Hk = k_in.size(1), Nk = k_in.size(2),
@@ -210,7 +229,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tens
     float *const floats = scratch.data_ptr<float>();
 
     tk_attention::bwd_problem p{};
-    describe_inputs(p, q, k, v, causal, scale);
+    describe_inputs(p, q, k, v, window, scale, softcap);
     p.o = view_of(o);
     p.dout = view_of(dout);
     p.lse = lse.data_ptr<float>();
@@ -231,16 +250,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tens
 // ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                                      bool causal, std::optional<double> scale) {
+                                                      bool causal, std::optional<double> scale,
+    int64_t window_left, int64_t window_right, double softcap) {
     qkv_rules(q, k, v, scale);
+    band_rules(causal, window_left, window_right, softcap);
     return {empty_like_order(q, q.scalar_type()), empty_lse(q)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_meta(const at::Tensor &q, const at::Tensor &k,
                                                                   const at::Tensor &v, const at::Tensor &o,
                                                                   const at::Tensor &dout, const at::Tensor &lse,
-                                                                  bool causal, std::optional<double> scale) {
+                                                                  bool causal, std::optional<double> scale,
+    int64_t window_left, int64_t window_right, double softcap) {
     qkv_rules(q, k, v, scale);
+    band_rules(causal, window_left, window_right, softcap);
     backward_rules(q, o, dout, lse);
     return {empty_like_order(q, q.scalar_type()), empty_like_order(k, k.scalar_type()),
             empty_like_order(v, v.scalar_type())};
@@ -249,16 +272,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_meta(const at::Tens
 // ---------------------------------------------------------------- CPU: the op's rules, then the device rule
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                                     bool causal, std::optional<double> scale) {
+                                                     bool causal, std::optional<double> scale,
+    int64_t window_left, int64_t window_right, double softcap) {
     qkv_rules(q, k, v, scale);
+    band_rules(causal, window_left, window_right, softcap);
     reject_cpu(ATTENTION, {{"q", q}, {"k", k}, {"v", v}});
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cpu(const at::Tensor &q, const at::Tensor &k,
                                                                  const at::Tensor &v, const at::Tensor &o,
                                                                  const at::Tensor &dout, const at::Tensor &lse,
-                                                                 bool causal, std::optional<double> scale) {
+                                                                 bool causal, std::optional<double> scale,
+    int64_t window_left, int64_t window_right, double softcap) {
     qkv_rules(q, k, v, scale);
+    band_rules(causal, window_left, window_right, softcap);
     backward_rules(q, o, dout, lse);
     reject_cpu(BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse}});
 }
@@ -271,9 +298,10 @@ std::vector<int64_t> attention_head_dims() {
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
-    m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> (Tensor, Tensor)");
+    m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
+          "int window_right=-1, float softcap=0.) -> (Tensor, Tensor)");
     m.def("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, bool causal=False, "
-          "float? scale=None) -> (Tensor dq, Tensor dk, Tensor dv)");
+          "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.) -> (Tensor dq, Tensor dk, Tensor dv)");
     m.def("attention_head_dims() -> int[]", &attention_head_dims);
 }
 

@@ -23,18 +23,6 @@ struct row_stats {
     }
 };
 
-// Scores of keys past `last_key[half]` (the last key the lane's row lane_row(0, half) may see: the ragged end of
-// the sequence or the causal diagonal) become -inf. `key0` is the key index of column 0.
-template <int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s, int key0, const int (&last_key)[2]) {
-    for_each_pair(
-        [&](pair_pos p, float2 &v) {
-            const int col = key0 + p.col, last = last_key[p.half];
-            if (col > last) v.x = -INFINITY;
-            if (col + 1 > last) v.y = -INFINITY;
-        },
-        s);
-}
-
 // Folds one tile of raw scores into the statistics: scores -> unnormalised probabilities (in place), and
 // `rescale[half]`, the factor that the running output of the lane's row `half` must be multiplied by. The softmax scale (times
 // log2 e, > 0) is applied inside each exponent as one FMA, and row maxima are taken on the raw scores

@@ -1,21 +1,28 @@
 """Attention (flash attention) on Hopper tensor cores, forward and backward: a drop-in for
 ``torch.nn.functional.scaled_dot_product_attention``.
 
-``attention(q, k, v, causal=False, scale=None)`` takes (B, H, N, D) tensors like SDPA: bf16 or fp16,
-head dimension 64, 96, 128 or 256, any sequence lengths (ragged tails are masked), different query and key
-lengths, and grouped-query / multi-query attention (K and V with fewer heads). ``attention_with_lse`` also
-returns the row log-sum-exp.
+``attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0)`` takes (B, H, N, D) tensors
+like SDPA: bf16 or fp16, head dimension 64, 96, 128 or 256, any sequence lengths (ragged tails are masked),
+different query and key lengths, and grouped-query / multi-query attention (K and V with fewer heads).
+``attention_with_lse`` also returns the row log-sum-exp.
 
 Causal attention with Nq != Nk is aligned to the bottom-right corner, as in FlashAttention: query i sees
 keys j <= i + Nk - Nq. Rows that see no key (possible when Nq > Nk) output zeros and log-sum-exp -inf, and
 their query gradient is zero. (SDPA's ``is_causal`` aligns top-left instead; the two agree when Nq == Nk.)
 
+``window=(left, right)`` is FlashAttention's sliding window: query i sees keys j with
+i + Nk - Nq - left <= j <= i + Nk - Nq + right, -1 meaning no limit on that side; ``causal=True`` sets
+right = 0. Key blocks wholly outside the window are skipped, not masked. ``softcap > 0`` passes the scaled
+scores through softcap * tanh(scores / softcap) before the softmax (Gemma 2), forward and backward; the
+kernels evaluate tanh with the hardware's approximation (relative error about 2^-11).
+
 Two custom ops carry the kernels, defined with their CUDA kernels, their Meta kernels (so they trace under
 ``torch.compile(fullgraph=True)``, forward and backward) and their argument rules in
 kernels/attention/binding.cpp; they capture into CUDA graphs:
 
-- ``torch.ops.tk_ops.attention_fwd(q, k, v, causal=False, scale=None) -> (O, LSE)``
-- ``torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, causal=False, scale=None) -> (dQ, dK, dV)``, which
+- ``torch.ops.tk_ops.attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1,
+  softcap=0.0) -> (O, LSE)``
+- ``torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, <the same options>) -> (dQ, dK, dV)``, which
   recomputes the probabilities from LSE; dK and dV are summed over the query heads of each group (GQA).
 
 Outputs (and gradients) take their input's memory order, as SDPA's do: q viewed from a (B, N, H, D) tensor
@@ -35,30 +42,31 @@ from .errors import InputError
 
 
 def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                       scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                       softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(O, LSE)``: O as :func:`attention`, and LSE (B, H, Nq) float32, the natural-log sum over the
-    visible keys of exp(scale * q.k) per query row (-inf for a row that sees no key). Both are differentiable
+    visible keys of exp(score) per query row (-inf for a row that sees no key). Both are differentiable
     (a loss that uses LSE costs a second backward kernel call)."""
-    # Python types are the one thing the op cannot see: torch would take causal=1 for True and scale=True for 1.0.
-    if not isinstance(causal, bool) or isinstance(scale, bool):
-        raise _python_type_error(causal, scale)
+    window = _checked_options(causal, scale, window, softcap)
     try:
-        return _ext.ops("attention").attention_fwd(q, k, v, causal, scale)
+        return _ext.ops("attention").attention_fwd(q, k, v, causal, scale, window[0], window[1], float(softcap))
     except Exception as e:
         if torch.compiler.is_compiling():
             raise
-        raise _ext.op_error(e, "tk_ops.attention", "attention_fwd", (q, k, v, causal, scale)) from None
+        raise _ext.op_error(e, "tk_ops.attention", "attention_fwd",
+                            (q, k, v, causal, scale, window[0], window[1], softcap)) from None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              scale: float | None = None) -> torch.Tensor:
+              scale: float | None = None, window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> torch.Tensor:
     """softmax(scale * q @ k^T [+ causal mask]) @ v for (B, H, N, D) tensors, like
     ``F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` (bottom-right causal alignment
     when Nq != Nk; see the module docstring). K and V may have fewer heads than Q (GQA / MQA): query head h
-    uses key/value head h // (Hq // Hk). Default scale 1/sqrt(D). Returns (B, Hq, Nq, D) in the input dtype.
-    Differentiable: the backward runs on the tk_ops backward kernel.
+    uses key/value head h // (Hq // Hk). Default scale 1/sqrt(D). ``window=(left, right)`` limits the keys
+    around the diagonal (-1: unlimited), ``softcap > 0`` caps the scores (module docstring). Returns
+    (B, Hq, Nq, D) in the input dtype. Differentiable: the backward runs on the tk_ops backward kernel.
     """
-    return attention_with_lse(q, k, v, causal, scale)[0]
+    return attention_with_lse(q, k, v, causal, scale, window, softcap)[0]
 
 
 def head_dims() -> list[int]:
@@ -66,7 +74,19 @@ def head_dims() -> list[int]:
     return list(_ext.require("attention").attention_head_dims())
 
 
-def _python_type_error(causal, scale) -> InputError:
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _checked_options(causal, scale, window, softcap, op: str = "tk_ops.attention") -> tuple[int, int]:
+    """The Python types of the options, which the op cannot see (torch would take causal=1 for True and
+    scale=True for 1.0); their values are the op's rules. Returns the window as a tuple."""
     if not isinstance(causal, bool):
-        return InputError(f"tk_ops.attention: causal must be a bool, got {type(causal).__name__}")
-    return InputError(f"tk_ops.attention: scale must be a finite number or None, got {scale!r}")
+        raise InputError(f"{op}: causal must be a bool, got {type(causal).__name__}")
+    if isinstance(scale, bool):
+        raise InputError(f"{op}: scale must be a finite number or None, got {scale!r}")
+    if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(_is_int(w) for w in window):
+        raise InputError(f"{op}: window must be a pair of ints (left, right), -1 meaning unlimited, got {window!r}")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise InputError(f"{op}: softcap must be a number (0 for none), got {softcap!r}")
+    return int(window[0]), int(window[1])

@@ -175,12 +175,27 @@ def test_autograd_on_meta_tensors(built):
     assert dk_only.shape == k.shape
 
 
-def _standin_forward(q, k, v, causal, scale):
-    o, lse = reference.attention(q, k, v, causal=causal, scale=scale)
+def _standin_forward(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
+    o, lse = reference.attention(q, k, v, causal=causal, scale=scale, window=(window_left, window_right),
+                                 softcap=softcap)
     return o.to(q.dtype), lse.float()
 
 
-def _standin_backward(q, k, v, o, dout, lse, causal, scale):
+def _visible(nq, nk, causal, left, right):
+    """The band, written out independently of tk_ops.reference: query i sees key j when
+    i + nk - nq - left <= j <= i + nk - nq + right (-1: unlimited), causal meaning right = 0."""
+    diag = torch.arange(nq)[:, None] + (nk - nq)
+    cols = torch.arange(nk)[None, :]
+    right = 0 if causal else right
+    seen = torch.ones(nq, nk, dtype=torch.bool)
+    if right >= 0:
+        seen = seen & (cols <= diag + right)
+    if left >= 0:
+        seen = seen & (cols >= diag - left)
+    return seen
+
+
+def _standin_backward(q, k, v, o, dout, lse, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
     """What the CUDA kernel computes, written independently of tk_ops.reference: P from the saved LSE,
     delta from the saved O (so the autograd formula's handling of an LSE gradient is checked against the
     true gradient), dK and dV summed over each GQA group; contiguous outputs in the input dtype."""
@@ -189,13 +204,15 @@ def _standin_backward(q, k, v, o, dout, lse, causal, scale):
     kk = k.double().repeat_interleave(hq // hk, dim=1)
     vv = v.double().repeat_interleave(hq // hk, dim=1)
     s = q.double() @ kk.transpose(-1, -2) * scale
-    visible = torch.ones(nq, nk, dtype=torch.bool)
-    if causal:
-        visible = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+    cap_grad = 1.0
+    if softcap:
+        t = torch.tanh(s / softcap)
+        s, cap_grad = softcap * t, 1 - t * t
+    visible = _visible(nq, nk, causal, window_left, window_right)
     finite_lse = torch.where(torch.isfinite(lse), lse.double(), 0.0)[..., None]
     p = torch.where(visible, torch.exp(torch.where(visible, s, 0.0) - finite_lse), 0.0)
     dp = dout.double() @ vv.transpose(-1, -2)
-    ds = p * (dp - (dout.double() * o.double()).sum(-1, keepdim=True))
+    ds = p * (dp - (dout.double() * o.double()).sum(-1, keepdim=True)) * cap_grad
     dq = ds @ kk * scale
     dk = (ds.transpose(-1, -2) @ q.double() * scale).view(b, hk, hq // hk, nk, d).sum(2)
     dv = (p.transpose(-1, -2) @ dout.double()).view(b, hk, hq // hk, nk, d).sum(2)
@@ -220,16 +237,16 @@ def cpu_kernels(count=None):
         lib._destroy()
 
 
-def naive_attention(q, k, v, causal, scale):
+def naive_attention(q, k, v, causal, scale, window=(-1, -1), softcap=0.0):
     """(O, LSE, visible rows) by the textbook formula in float64, differentiable everywhere, for autograd:
     rows that see no key give O = 0 with a zero gradient."""
     hq, hk, nq, nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     kk = k.repeat_interleave(hq // hk, dim=1)
     vv = v.repeat_interleave(hq // hk, dim=1)
     s = q @ kk.transpose(-1, -2) * scale
-    visible = torch.ones(nq, nk, dtype=torch.bool)
-    if causal:
-        visible = torch.arange(nk)[None, :] <= torch.arange(nq)[:, None] + (nk - nq)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    visible = _visible(nq, nk, causal, *window)
     m = s.detach().masked_fill(~visible, float("-inf")).amax(-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, 0.0)  # shifting by a constant changes no value or gradient
     e = torch.where(visible, torch.exp(torch.where(visible, s, m) - m), 0.0)
@@ -382,3 +399,112 @@ def test_bench_backward_cases():
         assert b.group == f.group + " backward" and b.flops == pytest.approx(2.5 * f.flops)
         assert [i.name for i in b.impls] == ["tk_ops", "sdpa cudnn", "sdpa flash"]
         assert all(i.setup is not None for i in b.impls) and b.impls[0].ours
+
+
+# ---------------------------------------------------------------- windows and softcap
+
+@pytest.mark.parametrize("window", [(-2, 0), (0, -5), (3, -100)])
+def test_rejects_bad_window_values(window, built):
+    with pytest.raises(InputError, match=r"window must be \(left, right\) with each side -1"):
+        tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64), window=window)
+
+
+@pytest.mark.parametrize("softcap", [-1.0, float("nan"), float("inf")])
+def test_rejects_bad_softcap_values(softcap, built):
+    with pytest.raises(InputError, match="softcap must be 0"):
+        tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64), softcap=softcap)
+
+
+def test_option_rules_run_in_the_meta_and_backward_kernels(built):
+    q = t(2, 4, 50, 64, device="meta")
+    lse = t(2, 4, 50, device="meta", dtype=torch.float32)
+    with pytest.raises(ValueError, match="window must be"):
+        torch.ops.tk_ops.attention_fwd(q, q, q, False, None, -3, 0, 0.0)
+    with pytest.raises(ValueError, match="softcap must be"):
+        torch.ops.tk_ops.attention_bwd(q, q, q, q, q, lse, False, None, -1, -1, -2.0)
+    out, lse = torch.ops.tk_ops.attention_fwd(q, q, q, True, None, 128, -1, 30.0)
+    assert out.shape == q.shape and lse.shape == (2, 4, 50)
+
+
+@pytest.mark.parametrize("window, softcap", [("left", 0.0), ((1, 2, 3), 0.0), ((1.5, 2), 0.0), ((True, 0), 0.0),
+                                             ((-1, -1), True), ((-1, -1), "30")])
+def test_option_types_the_op_cannot_see(window, softcap):
+    with pytest.raises(InputError, match="window must be a pair of ints|softcap must be a number"):
+        tk_ops.attention(t(1, 2, 8, 64), t(1, 2, 8, 64), t(1, 2, 8, 64), window=window, softcap=softcap)
+
+
+def test_reference_window_convention():
+    """FlashAttention's convention, bottom-right aligned: row i of (nq, nk) sees keys
+    i + nk - nq - left .. i + nk - nq + right; causal sets right = 0; -1 is unlimited."""
+    seen = reference.attention_visible(4, 6, window=(1, 0))
+    # diag = 2: row 0 sees keys 1..2, row 3 sees keys 4..5
+    assert seen[0].nonzero().flatten().tolist() == [1, 2]
+    assert seen[3].nonzero().flatten().tolist() == [4, 5]
+    assert torch.equal(reference.attention_visible(5, 5, causal=True, window=(-1, 7)), reference.attention_visible(5, 5, causal=True))
+    assert torch.equal(reference.attention_visible(5, 5, causal=True), torch.ones(5, 5, dtype=torch.bool).tril())
+    assert reference.attention_visible(3, 3, window=(-1, -1)).all()
+    # a window wider than the sequence changes nothing
+    assert torch.equal(reference.attention_visible(6, 6, window=(100, 100)), torch.ones(6, 6, dtype=torch.bool))
+
+
+def test_reference_softcap():
+    q, k, v = torch.randn(1, 2, 9, 64) * 4, torch.randn(1, 2, 9, 64) * 4, torch.randn(1, 2, 9, 64)
+    out, lse = reference.attention(q, k, v, scale=0.5, softcap=3.0)
+    s = 3.0 * torch.tanh(0.5 * q.double() @ k.double().transpose(-1, -2) / 3.0)
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1))
+    torch.testing.assert_close(out, torch.softmax(s, -1) @ v.double())
+
+
+# (causal, window, softcap): windows on each side, the diagonal alone, with and without a cap.
+MASK_CASES = [(True, (2, -1), 0.0), (False, (3, 1), 0.0), (False, (0, 0), 2.0), (False, (-1, 2), 0.0),
+              (True, (-1, -1), 1.5), (False, (4, 2), 5.0)]
+
+
+@pytest.mark.parametrize("causal, window, softcap", MASK_CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "hq{}_hk{}_{}x{}".format(*c))
+def test_reference_backward_matches_autograd_with_masks(case, causal, window, softcap):
+    hq, hk, nq, nk = case
+    q, k, v = leaves((2, hq, nq, 64), (2, hk, nk, 64), (2, hk, nk, 64))
+    dout, dlse = torch.randn(2, hq, nq, 64, dtype=torch.float64), torch.randn(2, hq, nq, dtype=torch.float64)
+    o, lse, seen = naive_attention(q, k, v, causal, 0.3, window, softcap)
+    loss = (o * dout).sum() + (torch.where(seen, lse, 0.0) * dlse).sum()
+    expect = torch.autograd.grad(loss, (q, k, v))
+    ref_o, ref_lse = reference.attention(q, k, v, causal=causal, scale=0.3, window=window, softcap=softcap)
+    torch.testing.assert_close(ref_o, o)
+    torch.testing.assert_close(ref_lse[..., seen], lse[..., seen])
+    got = reference.attention_backward(q, k, v, dout, causal, 0.3, dlse=torch.where(seen, dlse, 0.0), window=window,
+                                       softcap=softcap)
+    for name, g, e in zip("qkv", got, expect):
+        torch.testing.assert_close(g, e, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("causal, window, softcap", MASK_CASES, ids=lambda c: str(c))
+def test_autograd_formula_passes_the_options_on(causal, window, softcap, built):
+    """The saved options reach both backward calls (through O and through LSE)."""
+    q, k, v = leaves((2, 4, 11, 64), (2, 2, 9, 64), (2, 2, 9, 64))
+    dout, dlse = torch.randn(2, 4, 11, 64, dtype=torch.float64), torch.randn(2, 4, 11, dtype=torch.float64)
+    with cpu_kernels():
+        o, lse = torch.ops.tk_ops.attention_fwd(q, k, v, causal, 0.2, window[0], window[1], softcap)
+        seen = torch.isfinite(lse)
+        dlse = torch.where(seen, dlse, 0.0)
+        got = torch.autograd.grad((o * dout).sum() + (torch.where(seen, lse, 0.0) * dlse).sum(), (q, k, v))
+    expect = reference.attention_backward(q, k, v, dout, causal, 0.2, dlse=dlse, window=window, softcap=softcap)
+    for name, g, e in zip("qkv", got, expect):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=f"d{name}")
+
+
+def test_bench_mask_cases():
+    cases = attention_bench.cases(masks=True)
+    labels = [c.name for c in cases]
+    assert labels.count("causal (dense)") == 2 and labels.count("window 1024") == 2 and labels.count("softcap 30") == 2
+    for c in cases:
+        b, h, n, d = c.shape
+        assert b * n == 16384 and h == 16 and [i.name for i in c.impls][:2] == ["tk_ops", "flex"]
+    backward = attention_bench.cases(masks=True, backward=True)
+    for f, b in zip(cases, backward):
+        assert b.flops == pytest.approx(2.5 * f.flops) and all(i.setup is not None for i in b.impls)
+
+
+@pytest.mark.parametrize("n, left", [(10, -1), (10, 0), (10, 3), (10, 9), (10, 20), (1, 5)])
+def test_bench_counts_visible_pairs(n, left):
+    assert attention_bench.visible_pairs(n, left) == int(reference.attention_visible(n, n, True, (left, -1)).sum())

@@ -1,5 +1,5 @@
 """Attention calls for compute-sanitizer (memcheck / racecheck / synccheck), forward and backward for every head
-dimension, causal or not.
+dimension: full, causal, a causal sliding window, and a two-sided window with softcap.
 
     compute-sanitizer --tool memcheck python tools/check/sanitize_attention.py
     compute-sanitizer --tool racecheck python tools/check/sanitize_attention.py --small
@@ -13,21 +13,15 @@ import argparse
 import torch
 
 import tk_ops
+from tk_ops import reference
 from tk_ops.attention import head_dims
 
 DEFAULT_CASES = [(1, 2, 1, 17, 17), (2, 4, 2, 200, 333), (1, 2, 2, 1000, 1000), (8, 8, 8, 400, 400), (1, 1, 1, 4200, 4200)]
 SMALL_CASES = [(1, 2, 1, 200, 200), (1, 1, 1, 700, 700)]  # (batch, q heads, kv heads, q_len, kv_len)
 
 
-def reference(q, k, v, causal):
-    g = q.shape[1] // k.shape[1]
-    k, v = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
-    s = q.double() @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    if causal:
-        nq, nk = s.shape[-2:]
-        visible = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
-        s = s.masked_fill(~visible, float("-inf"))
-    return torch.softmax(s, -1).nan_to_num() @ v
+# (causal, window, softcap)
+MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (100, -1), 0.0), (False, (64, 32), 20.0)]
 
 
 def main():
@@ -36,18 +30,18 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(0)
     for d in head_dims():
-        for causal in (False, True):
+        for causal, window, softcap in MASKS:
             for b, hq, hk, nq, nk in SMALL_CASES if args.small else DEFAULT_CASES:
                 if causal and nq > nk:
                     continue
                 q = torch.randn(b, hq, nq, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                 k = torch.randn(b, hk, nk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                 v = torch.randn(b, hk, nk, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                o = tk_ops.attention(q, k, v, causal=causal)
+                o = tk_ops.attention(q, k, v, causal=causal, window=window, softcap=softcap)
                 if not args.small:
-                    ref = reference(q, k, v, causal)
+                    ref, _ = reference.attention(q, k, v, causal=causal, window=window, softcap=softcap)
                     err = ((o.double() - ref).norm() / ref.norm()).item()
-                    assert err < 2e-2, (d, causal, b, hq, hk, nq, nk, err)
+                    assert err < 2e-2, (d, causal, window, softcap, b, hq, hk, nq, nk, err)
                 o.backward(torch.randn_like(o))
                 torch.cuda.synchronize()
     print("sanitize_attention: done")

@@ -31,6 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("bench_out"),
                    help="folder for <family>.json and <family>.png (default: bench_out/)")
     p.add_argument("--quick", action="store_true", help="a few sizes and fewer repetitions, for a smoke test")
+    p.add_argument("--masks", action="store_true",
+                   help="attention only: sliding windows, softcap and packed documents against FlexAttention")
     p.add_argument("--reps", type=int, default=None,
                    help="timed calls per measurement (median kept); for overhead, timed runs of many calls")
     return p.parse_args(argv)
@@ -43,17 +45,22 @@ def main(argv=None) -> int:
         print("error: the benchmarks need a CUDA GPU (tk_ops kernels run on H100/H200), and torch sees none",
               file=sys.stderr)
         return 2
+    if args.masks and args.family != "attention":
+        print("error: --masks applies to the attention benchmark only", file=sys.stderr)
+        return 2
     module = importlib.import_module(f"{__package__}.{args.family}")
     if hasattr(module, "main"):  # a benchmark with its own measurement and table (overhead)
         return module.main(args)
-    cases = module.cases(quick=args.quick, backward=args.backward)
+    options = {"masks": True} if args.masks else {}
+    cases = module.cases(quick=args.quick, backward=args.backward, **options)
     reps = args.reps or (10 if args.quick else 30)
     warmup = 3 if args.quick else 10
     rows = core.run_cases(cases, reps=reps, warmup=warmup)
 
     env = core.environment()
-    stem = args.family + ("_backward" if args.backward else "")
-    title = f"{module.TITLE}{' (backward)' if args.backward else ''} on {env['device']}"
+    stem = args.family + ("_masks" if args.masks else "") + ("_backward" if args.backward else "")
+    title = f"{getattr(module, 'MASKS_TITLE', module.TITLE) if args.masks else module.TITLE}" \
+            f"{' (backward)' if args.backward else ''} on {env['device']}"
     core.write_json(args.out / f"{stem}.json", args.family, rows,
                     {**env, "backward": args.backward, "quick": args.quick, "reps": reps})
     plotted = core.write_plot(args.out / f"{stem}.png", title, rows)

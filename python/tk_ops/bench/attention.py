@@ -6,6 +6,12 @@ not. Forward FLOPs = 4 * B * H * N^2 * D (two matrix products), halved when caus
 dQ, dK). The forward runs once per input set, untimed; the timed call is then, for tk_ops, the backward op
 itself (torch.ops.tk_ops.attention_bwd on the saved O and LSE) and, for the SDPA backends, autograd from the
 saved graph (torch.autograd.grad with retain_graph=True, which runs only that backend's backward kernel).
+
+--masks compares the masked cases against FlexAttention (torch.compile'd flex_attention with the equivalent
+block mask and score_mod), 16 heads, D 64 and 128, 16384 tokens: causal sliding windows of 256, 1024 and 4096
+keys (one 16384-token sequence; query i sees keys i - W .. i), softcap 30 on causal attention (4 x 4096), and
+plain causal on the same 16384-token sequence (our dense kernel's rate, which the masked cases are held to; SDPA
+cuDNN there too). FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import torch
 from .core import Case, Impl
 
 TITLE = "Attention (B x 16 heads x N x D, bf16)"
+MASKS_TITLE = "Masked attention (16 heads, 16384 tokens, bf16; TFLOP/s of visible pairs)"
 HEADS = 16
 TOKENS = 16384  # batch = TOKENS / N
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
@@ -93,6 +100,109 @@ def attention_case(n: int, d: int, causal: bool, backward: bool = False) -> Case
                 [Impl("tk_ops", ours, ours=True)] + [Impl(name, _sdpa(backend)) for name, backend in peers])
 
 
-def cases(quick: bool = False, backward: bool = False) -> list[Case]:
+def cases(quick: bool = False, backward: bool = False, masks: bool = False) -> list[Case]:
+    if masks:
+        return mask_cases(quick, backward)
     lens = QUICK_SEQ_LENS if quick else SEQ_LENS
     return [attention_case(n, d, causal, backward) for d in (64, 128) for causal in (False, True) for n in lens]
+
+
+# ---------------------------------------------------------------- --masks: FlexAttention's cases
+
+WINDOWS = (256, 1024, 4096)
+QUICK_WINDOWS = (1024,)
+SOFTCAP = 30.0
+
+
+def visible_pairs(n: int, left: int) -> int:
+    """(query, key) pairs of a causal n x n problem where each query sees at most `left` keys before itself."""
+    if left < 0 or left >= n - 1:
+        return n * (n + 1) // 2
+    full = n - left  # rows i >= left see left + 1 keys
+    return full * (left + 1) + left * (left + 1) // 2
+
+
+def _flex(mask_mod, score_mod, b: int, n: int):
+    """(forward fn, its backward (setup, fn)) of compiled flex_attention with a block mask built once for the
+    shape (as a training loop builds it once per batch layout)."""
+    made = {}  # compiled once, on the first call (building the block mask needs the GPU)
+
+    def forward(q, k, v, *_):
+        if not made:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            made["fn"] = torch.compile(flex_attention)
+            made["mask"] = create_block_mask(mask_mod, b, None, n, n, device=q.device)
+        return made["fn"](q, k, v, score_mod=score_mod, block_mask=made["mask"])
+
+    def setup(q, k, v, *_):
+        # The timed backward runs again from one kept graph (retain_graph), which a compiled backward that donates
+        # its saved buffers refuses.
+        import torch._functorch.config as functorch_config
+        functorch_config.donated_buffer = False
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        out = forward(q, k, v)
+        return out, (q, k, v), _grad_like(out)
+
+    def backward(out, wrt, grad):
+        return torch.autograd.grad(out, wrt, grad, retain_graph=True)
+    return forward, (setup, backward)
+
+
+def _ours_masked(window: tuple[int, int], softcap: float):
+    import tk_ops
+
+    def forward(q, k, v, *_):
+        return tk_ops.attention(q, k, v, causal=True, window=window, softcap=softcap)
+
+    def setup(q, k, v, *_):
+        scale = q.shape[-1] ** -0.5
+        with torch.no_grad():
+            o, lse = tk_ops.attention_with_lse(q, k, v, causal=True, scale=scale, window=window, softcap=softcap)
+        return q, k, v, o, _grad_like(o), lse, scale
+
+    def backward(q, k, v, o, dout, lse, scale):
+        return torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, True, scale, window[0], window[1], softcap)
+    return forward, (setup, backward)
+
+
+def mask_case(label: str, b: int, n: int, d: int, left: int, softcap: float, backward: bool,
+              with_cudnn: bool = False) -> Case:
+    def make_inputs():
+        return tuple(torch.randn(b, HEADS, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    def mask_mod(b_, h, q_idx, kv_idx):
+        inside = q_idx >= kv_idx
+        return inside & (q_idx - kv_idx <= left) if left >= 0 else inside
+
+    score_mod = None
+    if softcap:
+        def score_mod(score, b_, h, q_idx, kv_idx):
+            return softcap * torch.tanh(score / softcap)
+
+    ours_fwd, ours_bwd = _ours_masked((left, -1), softcap)
+    flex_fwd, flex_bwd = _flex(mask_mod, score_mod, b, n)
+    flops = 4.0 * b * HEADS * visible_pairs(n, left) * d * (BACKWARD_FLOPS if backward else 1)
+    if backward:
+        impls = [Impl("tk_ops", ours_bwd[1], ours=True, setup=ours_bwd[0]), Impl("flex", flex_bwd[1], setup=flex_bwd[0])]
+    else:
+        impls = [Impl("tk_ops", ours_fwd, ours=True), Impl("flex", flex_fwd)]
+    if with_cudnn:
+        from torch.nn.attention import SDPBackend
+        if backward:
+            setup, fn = _sdpa_backward(SDPBackend.CUDNN_ATTENTION)
+            impls.append(Impl("sdpa cudnn", fn, setup=lambda q, k, v: setup(q, k, v, True)))
+        else:
+            sdpa = _sdpa(SDPBackend.CUDNN_ATTENTION)
+            impls.append(Impl("sdpa cudnn", lambda q, k, v: sdpa(q, k, v, True)))
+    group = f"D={d}{' backward' if backward else ''}"
+    return Case(group, label, (b, HEADS, n, d), flops, make_inputs, impls)
+
+
+def mask_cases(quick: bool = False, backward: bool = False) -> list[Case]:
+    windows = QUICK_WINDOWS if quick else WINDOWS
+    out = []
+    for d in (64, 128):
+        out.append(mask_case("causal (dense)", 1, TOKENS, d, -1, 0.0, backward, with_cudnn=True))
+        out += [mask_case(f"window {w}", 1, TOKENS, d, w, 0.0, backward) for w in windows]
+        out.append(mask_case(f"softcap {SOFTCAP:g}", TOKENS // 4096, 4096, d, -1, SOFTCAP, backward))
+    return out

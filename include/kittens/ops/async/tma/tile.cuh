@@ -1,6 +1,7 @@
 // TMA transfers of whole shared tiles. Each function is called by ONE thread (the others would
 // issue duplicate copies); `idx` is in tile units for rows and cols: tile (idx.r, idx.c) covers
 // rows idx.r*ST::rows .. +ST::rows and cols idx.c*ST::cols .. +ST::cols of slice (idx.b, idx.d).
+// A row_coord gives the first row in elements instead (coord.cuh).
 //
 // A tile is stored as `chunks` column blocks of swizzle width (see st.cuh) and the tensor map's
 // box is one such block, so a tile is moved by `chunks` TMA operations, chunk k landing
@@ -24,9 +25,9 @@ template <ducks::st::all ST, ducks::gl::all GL> constexpr void check_tile_types(
 }
 
 // Calls f(smem_address_of_chunk, col, row, depth, batch) for each column chunk of the tile.
-template <ducks::st::all ST, typename F> __device__ __forceinline__ void for_each_chunk(const ST &t, const coord &idx, F &&f) {
+template <ducks::st::all ST, tile_coord C, typename F> __device__ __forceinline__ void for_each_chunk(const ST &t, const C &idx, F &&f) {
     const uint32_t base = smem_addr(t.data);
-    const int row = idx.r * ST::rows;
+    const int row = first_row_of(idx, ST::rows);
     const int col = idx.c * ST::cols;
 #pragma unroll
     for (int k = 0; k < ST::chunks; k++)
@@ -37,8 +38,8 @@ template <ducks::st::all ST, typename F> __device__ __forceinline__ void for_eac
 
 // Start copying tile `idx` of `src` into `dst`; completion is signalled on `bar` as
 // transfer_bytes<ST> transaction bytes (arm it first with tma::expect<ST>(bar)).
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void load_async(ST &dst, const GL &src, const coord &idx, semaphore &bar) {
+template <ducks::st::all ST, ducks::gl::all GL, tile_coord C = coord>
+__device__ inline void load_async(ST &dst, const GL &src, const C &idx, semaphore &bar) {
     detail::check_tile_types<ST, GL>();
     const CUtensorMap *m = src.template get_tma<ST>();
     const uint32_t b = kittens::detail::sem_addr(bar);
@@ -54,8 +55,8 @@ __device__ __forceinline__ uint64_t policy(l2 hint) {
 } // namespace detail
 
 // load_async with an L2 eviction priority for the source lines.
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void load_async(ST &dst, const GL &src, const coord &idx, semaphore &bar, l2 hint) {
+template <ducks::st::all ST, ducks::gl::all GL, tile_coord C = coord>
+__device__ inline void load_async(ST &dst, const GL &src, const C &idx, semaphore &bar, l2 hint) {
     detail::check_tile_types<ST, GL>();
     const CUtensorMap *m = src.template get_tma<ST>();
     const uint32_t b = kittens::detail::sem_addr(bar);
@@ -64,8 +65,8 @@ __device__ inline void load_async(ST &dst, const GL &src, const coord &idx, sema
 }
 
 // store_async with an L2 eviction priority for the written lines.
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void store_async(const GL &dst, const ST &src, const coord &idx, l2 hint) {
+template <ducks::st::all ST, ducks::gl::all GL, tile_coord C = coord>
+__device__ inline void store_async(const GL &dst, const ST &src, const C &idx, l2 hint) {
     detail::check_tile_types<ST, GL>();
     const CUtensorMap *m = dst.template get_tma<ST>();
     const uint64_t p = detail::policy(hint);
@@ -75,8 +76,8 @@ __device__ inline void store_async(const GL &dst, const ST &src, const coord &id
 
 // Start writing `src` to tile `idx` of `dst` (rows / cols beyond the tensor are dropped).
 // Commit with store_commit_group() and wait with store_async_wait / store_async_read_wait.
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void store_async(const GL &dst, const ST &src, const coord &idx) {
+template <ducks::st::all ST, ducks::gl::all GL, tile_coord C = coord>
+__device__ inline void store_async(const GL &dst, const ST &src, const C &idx) {
     detail::check_tile_types<ST, GL>();
     const CUtensorMap *m = dst.template get_tma<ST>();
     store_fence();
@@ -84,8 +85,8 @@ __device__ inline void store_async(const GL &dst, const ST &src, const coord &id
 }
 
 // dst[tile idx] += src, atomically per element, in the tensor's own precision.
-template <ducks::st::all ST, ducks::gl::all GL>
-__device__ inline void store_add_async(const GL &dst, const ST &src, const coord &idx) {
+template <ducks::st::all ST, ducks::gl::all GL, tile_coord C = coord>
+__device__ inline void store_add_async(const GL &dst, const ST &src, const C &idx) {
     detail::check_tile_types<ST, GL>();
     static_assert(std::same_as<typename ST::T, float> || std::same_as<typename ST::T, bf16> ||
                       std::same_as<typename ST::T, half>,

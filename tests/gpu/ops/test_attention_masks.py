@@ -1,0 +1,151 @@
+"""Sliding windows and softcap on tk_ops.attention, forward (O, LSE) and backward, against the float64 reference:
+every window shape (left only, right only, both, the diagonal alone, windows combined with causal), cross lengths
+(bottom-right aligned, rows that see no key), GQA, head dims 64 and 128, bf16 and fp16, gradients through the LSE,
+torch.compile and CUDA graphs."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops import reference
+
+from ..util import fresh_pool_with_nan, rel_err
+from .test_attention import LSE_ATOL, TOL as FWD_TOL, qkv
+from .test_attention_bwd import assert_grads
+
+# (causal, window): a left window under causal (Mistral, Gemma 2), symmetric and lopsided non-causal windows,
+# the diagonal alone, a right-only window, a window wider than the sequence.
+BANDS = [(True, (128, -1)), (True, (1, -1)), (False, (100, 50)), (False, (0, 0)), (False, (-1, 30)),
+         (False, (300, 7)), (True, (5000, 0))]
+BAND_IDS = [f"{'causal' if c else 'full'}-w{w[0]}_{w[1]}" for c, w in BANDS]
+
+
+def check_forward(q, k, v, causal, window, softcap, what):
+    b, hq, nq, d = q.shape
+    fresh_pool_with_nan(2 * b * hq * nq * (d + 1))
+    out, lse = tk_ops.attention_with_lse(q, k, v, causal=causal, window=window, softcap=softcap)
+    ref, ref_lse = reference.attention(q, k, v, causal=causal, window=window, softcap=softcap)
+    err = rel_err(out, ref)
+    assert err <= FWD_TOL[q.dtype], f"{what}: O relative error {err:.3e}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), f"{what}: -inf LSE rows differ"
+    if empty.any():
+        assert (out[empty] == 0).all(), f"{what}: rows that see no key must be 0"
+    if (~empty).any():
+        lse_err = (lse.double()[~empty] - ref_lse[~empty]).abs().max().item()
+        assert lse_err <= LSE_ATOL, f"{what}: LSE max error {lse_err:.3e}"
+
+
+def check_backward(q, k, v, causal, window, softcap, what):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = tk_ops.attention(q, k, v, causal=causal, window=window, softcap=softcap)
+    dout = torch.randn_like(out)
+    fresh_pool_with_nan(2 * (q.numel() + k.numel() + v.numel()))
+    got = torch.autograd.grad(out, (q, k, v), dout)
+    ref = reference.attention_backward(q.detach(), k.detach(), v.detach(), dout, causal, window=window,
+                                       softcap=softcap)
+    assert_grads(got, ref, q.dtype, what)
+
+
+@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["nocap", "cap30"])
+@pytest.mark.parametrize("n", [1, 17, 1000, 4097])
+@pytest.mark.parametrize("causal, window", BANDS, ids=BAND_IDS)
+@pytest.mark.parametrize("d", [64, 128])
+def test_forward_self(d, causal, window, n, softcap):
+    b = 2 if n < 4096 else 1
+    check_forward(*qkv(b, 4, 2, n, n, d, torch.bfloat16), causal, window, softcap,
+                  f"d={d} causal={causal} window={window} n={n} softcap={softcap}")
+
+
+@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["nocap", "cap30"])
+@pytest.mark.parametrize("n", [17, 1000, 4097])
+@pytest.mark.parametrize("causal, window", BANDS, ids=BAND_IDS)
+@pytest.mark.parametrize("d", [64, 128])
+def test_backward_self(d, causal, window, n, softcap):
+    b = 2 if n < 4096 else 1
+    check_backward(*qkv(b, 4, 2, n, n, d, torch.bfloat16), causal, window, softcap,
+                   f"d={d} causal={causal} window={window} n={n} softcap={softcap}")
+
+
+# Cross lengths: with Nq > Nk the top rows' bands start before key 0 (and causal rows see nothing there).
+CROSS = [(300, 777), (777, 300), (1, 4097), (4097, 1)]
+
+
+@pytest.mark.parametrize("lens", CROSS, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("causal, window", [(True, (64, -1)), (False, (200, 10)), (False, (-1, 0))],
+                         ids=["causal-w64", "full-w200_10", "full-w-1_0"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_cross_lengths(d, causal, window, lens):
+    nq, nk = lens
+    args = (*qkv(2, 4, 2, nq, nk, d, torch.bfloat16), causal, window, 0.0, f"d={d} {nq}x{nk} window={window}")
+    check_forward(*args)
+    check_backward(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("softcap", [50.0, 30.0, 5.0, 1.0])
+@pytest.mark.parametrize("d", [64, 128])
+def test_softcap(d, softcap, dtype):
+    """Caps from barely active (50) to dominant (1: every score squashed into (-1, 1)), with scores large
+    enough that the cap matters (inputs scaled by 3)."""
+    q, k, v = qkv(2, 4, 4, 777, 777, d, dtype)
+    args = ((q.float() * 3).to(dtype), (k.float() * 3).to(dtype), v, True, (-1, -1), softcap,
+            f"d={d} softcap={softcap} {dtype}")
+    check_forward(*args)
+    check_backward(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("heads", [(2, 2), (8, 2), (3, 1)], ids=["mha", "gqa", "mqa"])
+def test_window_and_softcap_with_gqa(heads, dtype):
+    hq, hk = heads
+    args = (*qkv(2, hq, hk, 1500, 1500, 128, dtype), True, (256, -1), 30.0, f"heads={heads} {dtype}")
+    check_forward(*args)
+    check_backward(*args)
+
+
+@pytest.mark.parametrize("scale", [0.05, -0.3, 0.0])
+def test_softcap_with_explicit_scale(scale):
+    q, k, v = qkv(1, 2, 2, 300, 300, 64, torch.bfloat16)
+    out = tk_ops.attention(q, k, v, scale=scale, softcap=20.0, window=(50, 50))
+    ref, _ = reference.attention(q, k, v, scale=scale, softcap=20.0, window=(50, 50))
+    assert rel_err(out, ref) <= FWD_TOL[torch.bfloat16]
+
+
+def test_gradient_through_lse_with_window_and_softcap():
+    """The second backward call for an LSE gradient carries the window and the softcap too."""
+    q, k, v = (t.requires_grad_() for t in qkv(2, 4, 2, 600, 600, 64, torch.bfloat16))
+    out, lse = tk_ops.attention_with_lse(q, k, v, window=(100, 20), softcap=10.0)
+    dout, dlse = torch.randn_like(out), torch.randn_like(lse)
+    loss = (out.float() * dout.float()).sum() + (lse * dlse).sum()
+    got = torch.autograd.grad(loss, (q, k, v))
+    ref = reference.attention_backward(q.detach(), k.detach(), v.detach(), dout, dlse=dlse, window=(100, 20),
+                                       softcap=10.0)
+    assert_grads(got, ref, torch.bfloat16, "lse gradient")
+
+
+def test_compiles_fullgraph():
+    class Block(torch.nn.Module):
+        def forward(self, x, k, v):
+            return tk_ops.attention(x * 2, k, v, causal=True, window=(64, -1), softcap=20.0).float().square().mean()
+
+    q, k, v = (t.requires_grad_() for t in qkv(2, 4, 2, 333, 333, 64, torch.bfloat16))
+    eager = torch.autograd.grad(Block()(q, k, v), (q, k, v))
+    compiled = torch.autograd.grad(torch.compile(Block(), fullgraph=True)(q, k, v), (q, k, v))
+    for name, c, e in zip("qkv", compiled, eager):
+        assert rel_err(c, e) <= 1e-3, f"d{name}: compiled differs from eager by {rel_err(c, e):.2e}"
+
+
+def test_cuda_graph_capture():
+    q, k, v = qkv(2, 4, 2, 1000, 1000, 128, torch.float16)
+    kw = dict(window=(128, 0), softcap=30.0)
+    tk_ops.attention(q, k, v, **kw)  # warm up outside capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = tk_ops.attention(q, k, v, **kw)
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, _ = reference.attention(q, k, v, **kw)
+    assert rel_err(out, ref) <= FWD_TOL[torch.float16]
