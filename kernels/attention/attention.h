@@ -56,7 +56,40 @@ struct variant {
     bool banded = false;      // band limited on some side: masks per row, and skips whole tiles outside the band
     bool softcap = false;     // scores s become softcap * tanh(s / softcap) before the softmax
     bool narrow_tail = false; // forward only: a consumer's last tile runs as the narrowest product (attn_fwd)
+    bool varlen = false;      // packed documents (varlen_layout), each its own sequence
 };
+
+// Packed documents (attention_varlen): document d holds the query rows q[d] .. q[d + 1] - 1 and the key rows
+// k[d] .. k[d + 1] - 1 of the packed (total rows, heads, D) tensors; blocks_q[d] and blocks_k[d] count the query and
+// key blocks (of the kernel's block sizes) of the documents before d. prepare_varlen writes all four from the caller's
+// cu_seqlens, clamped to be non-decreasing and within the totals, so any input keeps every access inside the
+// tensors (a decreasing entry reads as an empty document). Two documents follow the caller's: the query rows past
+// its last offset (they see no key, so their output is written as zeros) and the key rows past it.
+struct varlen_layout {
+    const int *q = nullptr, *k = nullptr, *blocks_q = nullptr, *blocks_k = nullptr;
+    int count = 0; // documents, the two trailing ones included
+    // The document holding block `block` of the packed order (blocks: blocks_q or blocks_k): the last d with
+    // blocks[d] <= block, which skips empty documents.
+    __device__ inline int doc_of(const int *blocks, int block) const {
+        int lo = 0, hi = count - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (blocks[mid] <= block) lo = mid;
+            else hi = mid - 1;
+        }
+        return lo;
+    }
+    __device__ inline int doc_of_block(int block) const { return doc_of(blocks_q, block); }
+};
+// Query rows per forward task (attn_fwd's BLOCK_Q): the block size of varlen_layout::blocks_q for the forward.
+constexpr int fwd_block_q(int head_dim) { return 64 * fwd_config_for(head_dim).consumers; }
+// Ints of scratch the layout takes for `docs` caller documents: four arrays of docs + 3 offsets.
+inline int64_t varlen_layout_ints(int docs) { return 4 * (int64_t(docs) + 3); }
+// The layout in `scratch` (varlen_layout_ints(docs) ints), written by prepare_varlen from cu_seqlens_q / _k (docs + 1
+// ints each, on the device).
+varlen_layout varlen_layout_at(int *scratch, int docs);
+cudaError_t prepare_varlen(const int *cu_q, const int *cu_k, int docs, int total_q, int total_k, int q_block_rows,
+                           int k_block_rows, int *scratch, cudaStream_t stream);
 
 using tk_kernels::out4;
 using tk_kernels::tensor4;
@@ -71,6 +104,9 @@ struct fwd_problem {
     float scale;
     float softcap; // 0: none
     dtype type;
+    // Packed documents: batch 1, q_len / kv_len the total rows, lse (q_heads, total rows); the layout prepared.
+    bool varlen = false;
+    varlen_layout docs{};
 };
 
 // Launches the forward for a supported head_dim (the caller checked everything else).

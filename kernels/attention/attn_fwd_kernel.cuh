@@ -42,6 +42,7 @@ template <typename T, int D, variant V> struct attn_fwd {
     static constexpr int NUM_CONSUMERS = CONFIG.consumers;
     static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
     static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
+    static_assert(BLOCK_Q == fwd_block_q(D), "attention.h's fwd_block_q sizes the packed documents' blocks");
     static constexpr int KV = V.softcap ? CONFIG.kv_softcap : CONFIG.kv;
     static constexpr int INPUT_STAGES = CONFIG.stages;
     static constexpr int Q_SLOTS = CONFIG.q_slots;
@@ -77,6 +78,7 @@ template <typename T, int D, variant V> struct attn_fwd {
         band window;
         float scale_log2; // softmax scale * log2(e), > 0 (the host folds other signs into q); with a softcap, softcap * log2(e)
         float inv_cap;    // with a softcap: scale / softcap
+        varlen_layout docs; // variant::varlen: the packed documents (q_len, kv_len: the total rows; q_blocks a bound)
     };
     struct input_block {
         kv_tile k, v;
@@ -93,6 +95,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     struct task {
         int id, b, h, q_block;
         int first_tile, iters; // the key tiles first_tile .. first_tile + iters - 1
+        int q_len, kv_len;     // of this task's sequence (a packed document's own lengths)
+        int q_start, k_start;  // its first row in the packed rows (0 unless varlen)
     };
 
     // Tasks are drawn dynamically (LCSF's DYNAMIC_TASKS): each block takes the next id when it starts a task, so
@@ -104,24 +108,39 @@ template <typename T, int D, variant V> struct attn_fwd {
     // loads even at the end of the grid. (All heads in one group walked more K/V at once than L2 holds; groups
     // on a static round-robin schedule lost at long sequences to the uneven per-block loads that the dynamic draw
     // removes.)
+    // Packed documents: the blocks of all documents, in order, stand where one sequence's blocks would.
     __device__ static inline bool get_task(const globals &g, int id, task &t) {
         if (id >= g.num_tasks) return false;
-        const int group_tasks = g.heads_per_group * g.q_blocks;
+        const int q_blocks = V.varlen ? g.docs.blocks_q[g.docs.count] : g.q_blocks;
+        const int total_heads = V.varlen ? g.q_heads : g.num_tasks / g.q_blocks;
+        if (V.varlen && id >= q_blocks * total_heads) return false; // past the last block (the host's count bounds it)
+        const int group_tasks = g.heads_per_group * q_blocks;
         const int group = id / group_tasks;
         const int in_group = id - group * group_tasks;
-        const int total_heads = g.num_tasks / g.q_blocks;
         const int heads = min(g.heads_per_group, total_heads - group * g.heads_per_group); // the last group may be short
-        const int qb = g.q_blocks - 1 - in_group / heads;
+        const int qb = q_blocks - 1 - in_group / heads;
         const int bh = group * g.heads_per_group + in_group % heads;
         t.id = id;
         t.b = bh / g.q_heads;
         t.h = bh - t.b * g.q_heads;
         t.q_block = qb;
+        t.q_len = g.q_len;
+        t.kv_len = g.kv_len;
+        t.q_start = t.k_start = 0;
+        if constexpr (V.varlen) {
+            const int doc = g.docs.doc_of_block(qb);
+            t.q_block = qb - g.docs.blocks_q[doc];
+            t.q_start = g.docs.q[doc];
+            t.q_len = g.docs.q[doc + 1] - t.q_start;
+            t.k_start = g.docs.k[doc];
+            t.kv_len = g.docs.k[doc + 1] - t.k_start;
+        }
         t.first_tile = 0;
-        t.iters = g.kv_tiles;
+        t.iters = (t.kv_len + KV - 1) / KV;
         if constexpr (V.banded) {
-            const int first_row = max(qb * BLOCK_Q - g.q_shift, 0), last_row = min((qb + 1) * BLOCK_Q - g.q_shift, g.q_len) - 1;
-            const index_range keys = keys_seen(first_row, last_row, g.q_len, g.kv_len, g.window);
+            const int first_row = max(t.q_block * BLOCK_Q - g.q_shift, 0);
+            const int last_row = min((t.q_block + 1) * BLOCK_Q - g.q_shift, t.q_len) - 1;
+            const index_range keys = keys_seen(first_row, last_row, t.q_len, t.kv_len, g.window);
             t.first_tile = keys.empty() ? 0 : keys.first / KV;
             t.iters = keys.empty() ? 0 : keys.last / KV - t.first_tile + 1;
         }
@@ -131,22 +150,22 @@ template <typename T, int D, variant V> struct attn_fwd {
     __device__ static inline void load(lcsf::producer_args<attn_fwd> &p) {
         const int kv_head = p.task.h / p.g.group;
         tma::expect<kv_tile, kv_tile>(p.arrived);
-        const int tile = p.task.first_tile + p.iter;
-        tma::load_async(p.input.k, p.g.k, {p.task.b, kv_head, tile, 0}, p.arrived);
-        tma::load_async(p.input.v, p.g.v, {p.task.b, kv_head, tile, 0}, p.arrived);
+        const row_coord at{p.task.b, kv_head, p.task.k_start + (p.task.first_tile + p.iter) * KV, 0};
+        tma::load_async(p.input.k, p.g.k, at, p.arrived);
+        tma::load_async(p.input.v, p.g.v, at, p.arrived);
     }
 
     __device__ static inline int first_row(const globals &g, const task &t, int consumer) {
         return t.q_block * BLOCK_Q + consumer * Q_ROWS - g.q_shift;
     }
     // A consumer of the ragged block whose rows are all outside the sequence.
-    __device__ static inline bool idle(const globals &g, int row0) { return row0 < 0 || row0 >= g.q_len; }
+    __device__ static inline bool idle(const task &t, int row0) { return row0 < 0 || row0 >= t.q_len; }
 
     // One thread: start loading this consumer's Q rows of task t into slot `slot`.
     __device__ static inline void load_q(lcsf::consumer_args<attn_fwd> &c, const task &t, int slot) {
         semaphore &arrived = c.output.q_arrived[slot][c.consumer];
         tma::expect<q_tile>(arrived);
-        tma::load_async(c.output.q[slot][c.consumer], c.g.q, {t.b, t.h, first_row(c.g, t, c.consumer) / Q_ROWS, 0}, arrived);
+        tma::load_async(c.output.q[slot][c.consumer], c.g.q, row_coord{t.b, t.h, t.q_start + first_row(c.g, t, c.consumer), 0}, arrived);
     }
 
     __device__ static inline q_tile &q_of(lcsf::consumer_args<attn_fwd> &c) {
@@ -192,19 +211,20 @@ template <typename T, int D, variant V> struct attn_fwd {
     // One tile's step for this consumer over its first W keys (the rest, if any, are masked for all its rows).
     template <int W> __device__ static inline void tile_step(lcsf::consumer_args<attn_fwd> &c, int key0, int row0) {
         const globals &g = c.g;
+        const int q_len = c.task.q_len, kv_len = c.task.kv_len;
         rt_fl<16, W> s;
         warpgroup::mm_ABt(s, q_of(c), leading<W>(c.input.k));
         warpgroup::mma_async_wait(s);
         if constexpr (V.softcap) softcap_scores(s, g.inv_cap); // before masking: tanh would undo a -inf
 
-        const bool ragged = key0 + W > g.kv_len;
-        if (ragged || (V.banded && tile_needs_mask(row0, row0 + Q_ROWS - 1, key0, key0 + W - 1, g.q_len, g.kv_len, g.window))) {
+        const bool ragged = key0 + W > kv_len;
+        if (ragged || (V.banded && tile_needs_mask(row0, row0 + Q_ROWS - 1, key0, key0 + W - 1, q_len, kv_len, g.window))) {
             const int warp_row0 = row0 + warpgroup::warp_row0();
             index_range keys[2];
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int row = warp_row0 + lane_row(0, half);
-                keys[half] = V.banded ? keys_seen(row, row, g.q_len, g.kv_len, g.window) : index_range{0, g.kv_len - 1};
+                keys[half] = V.banded ? keys_seen(row, row, q_len, kv_len, g.window) : index_range{0, kv_len - 1};
             }
             mask_scores(s, key0, keys);
         }
@@ -229,19 +249,21 @@ template <typename T, int D, variant V> struct attn_fwd {
         const globals &g = c.g;
         const int key0 = (c.task.first_tile + c.iter) * KV;
         const int row0 = first_row(g, c.task, c.consumer), row1 = row0 + Q_ROWS - 1;
+        const int q_len = c.task.q_len, kv_len = c.task.kv_len;
         // Nothing to do: an idle consumer of the ragged block, or (banded) a tile that none of its rows sees.
-        if (idle(g, row0) || (V.banded && tile_outside_band(row0, row1, key0, key0 + KV - 1, g.q_len, g.kv_len, g.window))) return;
+        if (idle(c.task, row0) || (V.banded && tile_outside_band(row0, row1, key0, key0 + KV - 1, q_len, kv_len, g.window))) return;
         if constexpr (V.narrow_tail) {
             // Keys of this tile that some row of this consumer sees: a tile cut by the band's right edge or the
             // sequence end runs as the narrowest product that holds them.
-            const index_range keys = keys_seen(row0, row1, g.q_len, g.kv_len, g.window);
+            const index_range keys = keys_seen(row0, row1, q_len, kv_len, g.window);
             narrowest_step<64, 128, KV>(c, keys.last + 1 - key0, key0, row0);
         } else {
             tile_step<KV>(c, key0, row0);
         }
     }
 
-    // O / l through the consumer's Q slot and one TMA store; the LSE straight from registers.
+    // O / l through the consumer's Q slot and one TMA store (or, for a packed document's last rows, plain stores that
+    // stop at its end: the rows after it are the next document's); the LSE straight from registers.
     __device__ static inline void finish(lcsf::consumer_args<attn_fwd> &c) {
         q_tile &staging = q_of(c); // every wgmma of this task that read it has completed
         c.state.tasks++;
@@ -257,25 +279,31 @@ template <typename T, int D, variant V> struct attn_fwd {
         scale_rows(c.state.o, inv);
 
         const int row0 = first_row(c.g, c.task, c.consumer);
-        if (idle(c.g, row0)) return;
+        if (idle(c.task, row0)) return;
         const int warp_row0 = row0 + warpgroup::warp_row0();
         const int rows[2] = {warp_row0 + lane_row(0, 0), warp_row0 + lane_row(0, 1)};
-        if (leads_row()) {
+        if (leads_row()) { // (batch, heads, q_len); packed: (heads, total rows)
             const int64_t head = int64_t(c.task.b) * c.g.q_heads + c.task.h;
-            float *dst = c.g.lse + head * c.g.q_len;
+            float *dst = c.g.lse + head * c.g.q_len + c.task.q_start;
 #pragma unroll
             for (int half = 0; half < 2; half++)
-                if (rows[half] < c.g.q_len) dst[rows[half]] = lse[half];
+                if (rows[half] < c.task.q_len) dst[rows[half]] = lse[half];
         }
         // The tile in one bulk store instead of many four-byte stores per thread. The next setup waits for the store
         // to have read the slot before TMA loads the task after next into it.
         rt<T, 16, D> out;
         copy(out, c.state.o);
         warpgroup::store(staging, out);
+        const row_coord at{c.task.b, c.task.h, c.task.q_start + row0, 0};
+        if (V.varlen && row0 + Q_ROWS > c.task.q_len) {
+            warpgroup::sync(c.consumer + 1);
+            warpgroup::store_rows(c.g.o, staging, at, c.task.q_len - row0);
+            return; // the next setup's barrier orders these reads of the slot before its reuse
+        }
         async_proxy_fence();
         warpgroup::sync(c.consumer + 1);
         if (warpgroup::laneid() == 0) {
-            tma::store_async(c.g.o, staging, {c.task.b, c.task.h, row0 / Q_ROWS, 0});
+            tma::store_async(c.g.o, staging, at);
             tma::store_commit_group();
         }
     }

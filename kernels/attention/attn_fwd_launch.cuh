@@ -38,22 +38,26 @@ inline bool narrow_causal_tails(const fwd_problem &p) {
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::q_gl::T;
     using G = typename K::globals;
-    // The TMA maps depend on pointers, shapes and strides; the task layout (q_shift, head groups) on the band too.
+    // The TMA maps depend on pointers, shapes and strides; the task layout (q_shift, head groups, the bound on packed
+    // documents' blocks) on the band and the document count too.
     static tk_kernels::globals_cache<G, 20> cache;
     typename tk_kernels::globals_cache<G, 20>::key_t key = {
         uint64_t(p.q.ptr), uint64_t(p.k.ptr), uint64_t(p.v.ptr), uint64_t(p.window.left),
         uint64_t(p.batch), uint64_t(p.q_heads), uint64_t(p.kv_heads), uint64_t(p.q_len), uint64_t(p.kv_len),
         uint64_t(p.q.stride_b), uint64_t(p.q.stride_h), uint64_t(p.q.stride_n),
         uint64_t(p.k.stride_b), uint64_t(p.k.stride_h), uint64_t(p.k.stride_n),
-        uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n), uint64_t(p.window.right), 0};
+        uint64_t(p.v.stride_b), uint64_t(p.v.stride_h), uint64_t(p.v.stride_n), uint64_t(p.window.right),
+        uint64_t(p.varlen ? p.docs.count : -1)};
     G g = cache.get(key, [&] {
         auto ptr = [](const void *x) { return reinterpret_cast<T *>(const_cast<void *>(x)); };
         typename K::q_gl q(ptr(p.q.ptr), p.batch, p.q_heads, p.q_len, p.head_dim, p.q.stride_b, p.q.stride_h, p.q.stride_n);
         typename K::kv_gl k(ptr(p.k.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.k.stride_b, p.k.stride_h, p.k.stride_n);
         typename K::kv_gl v(ptr(p.v.ptr), p.batch, p.kv_heads, p.kv_len, p.head_dim, p.v.stride_b, p.v.stride_h, p.v.stride_n);
-        const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q;
+        // Packed documents: a bound on their blocks (each adds at most one partial block); get_task reads the count.
+        const int q_blocks = (p.q_len + K::BLOCK_Q - 1) / K::BLOCK_Q + (p.varlen ? p.docs.count : 0);
         const int ragged_rows = p.q_len % K::BLOCK_Q; // causal: a one-consumer last block moves to the front
-        const int q_shift = p.window.causal() && ragged_rows > 0 && ragged_rows <= K::Q_ROWS ? K::BLOCK_Q - K::Q_ROWS : 0;
+        const bool shift = !p.varlen && p.window.causal() && ragged_rows > 0 && ragged_rows <= K::Q_ROWS;
+        const int q_shift = shift ? K::BLOCK_Q - K::Q_ROWS : 0;
         return G{q, k, v, q, nullptr, p.q_heads, p.q_heads / p.kv_heads, p.q_len, p.kv_len, q_blocks,
                  (p.kv_len + K::KV - 1) / K::KV, p.batch * p.q_heads * q_blocks, q_shift, heads_per_group(p),
                  nullptr, p.window, 0.f, 0.f};
@@ -65,16 +69,20 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
     g.scale_log2 = (p.softcap > 0.f ? p.softcap : p.scale) * kittens::LOG2E;
     g.inv_cap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
     g.task_counter = p.task_counter;
+    g.docs = p.docs;
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);
 }
 
-// The forward kernel for element type T and head dimension D, by band and softcap.
-template <typename T, int D, bool SOFTCAP> cudaError_t forward_capped(const fwd_problem &p, cudaStream_t stream) {
-    if (!p.window.limited()) return launch_forward<attn_fwd<T, D, variant{.softcap = SOFTCAP}>>(p, stream);
-    if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP) {
+// The forward kernel for element type T and head dimension D, by band, softcap and packing.
+template <typename T, int D, bool SOFTCAP, bool VARLEN> cudaError_t forward_variant(const fwd_problem &p, cudaStream_t stream) {
+    if (!p.window.limited()) return launch_forward<attn_fwd<T, D, variant{.softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
+    if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP && !VARLEN) {
         if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, variant{.banded = true, .narrow_tail = true}>>(p, stream);
     }
-    return launch_forward<attn_fwd<T, D, variant{.banded = true, .softcap = SOFTCAP}>>(p, stream);
+    return launch_forward<attn_fwd<T, D, variant{.banded = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
+}
+template <typename T, int D, bool SOFTCAP> cudaError_t forward_capped(const fwd_problem &p, cudaStream_t stream) {
+    return p.varlen ? forward_variant<T, D, SOFTCAP, true>(p, stream) : forward_variant<T, D, SOFTCAP, false>(p, stream);
 }
 template <typename T, int D> cudaError_t forward_typed(const fwd_problem &p, cudaStream_t stream) {
     return p.softcap > 0.f ? forward_capped<T, D, true>(p, stream) : forward_capped<T, D, false>(p, stream);

@@ -124,6 +124,31 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_autograd(const at::Tensor &q, c
     return {out[0], out[1]};
 }
 
+// Packed documents: the forward only. A call that would need gradients is refused (rather than returning outputs
+// that silently carry none).
+using varlen_fwd_fn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                                         const at::Tensor &, const at::Tensor &, int64_t, int64_t, bool,
+                                                         scale_t, int64_t, int64_t, double);
+std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_autograd(const at::Tensor &q, const at::Tensor &k,
+                                                                 const at::Tensor &v, const at::Tensor &cu_q,
+                                                                 const at::Tensor &cu_k, int64_t max_seqlen_q,
+                                                                 int64_t max_seqlen_k, bool causal, scale_t scale,
+                                                                 int64_t window_left, int64_t window_right,
+                                                                 double softcap) {
+    if (at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()))
+        throw c10::NotImplementedError(
+            {__func__, __FILE__, uint32_t(__LINE__)},
+            "tk_ops.attention_varlen: the backward on packed documents is not built; call it under torch.no_grad() "
+            "(inference), or use tk_ops.attention on a (batch, heads, seq_len, head_dim) batch for training");
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_varlen_fwd", "").typed<varlen_fwd_fn>();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left, window_right, softcap);
+}
+
 } // namespace
 
-TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) { m.impl("attention_fwd", &attention_fwd_autograd); }
+TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) {
+    m.impl("attention_fwd", &attention_fwd_autograd);
+    m.impl("attention_varlen_fwd", &attention_varlen_fwd_autograd);
+}

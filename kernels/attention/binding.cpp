@@ -30,6 +30,7 @@ using namespace tk_kernels;
 
 constexpr const char *ATTENTION = "tk_ops.attention";
 constexpr const char *BACKWARD = "tk_ops.attention backward";
+constexpr const char *VARLEN = "tk_ops.attention_varlen";
 
 // ---------------------------------------------------------------- the rules
 
@@ -106,6 +107,51 @@ void backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &
                 BACKWARD, ": lse must be (B, Hq, Nq) = ", q.sym_sizes().slice(0, 3), ", as the forward returns it, got ",
                 lse.sym_sizes());
 }
+
+// Packed documents: q (total_q, Hq, D), k and v (total_k, Hk, D) like flash_attn_varlen_func's, cu_seqlens_q and
+// cu_seqlens_k int32 (docs + 1) offsets; returns the softmax scale. The offsets' values stay on the device: the kernels
+// clamp them (attention.h's varlen_layout), so no value can reach outside the tensors.
+double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &cu_q,
+                    const at::Tensor &cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<double> scale) {
+    for (const named_tensor &t : {named_tensor{"q", q}, named_tensor{"k", k}, named_tensor{"v", v}}) {
+        const at::ScalarType type = t.tensor.scalar_type();
+        check_dtype(type == at::kBFloat16 || type == at::kHalf, VARLEN, ": ", t.name, " must be bfloat16 or float16, got ",
+                    type);
+        check_input(t.tensor.dim() == 3, VARLEN, ": ", t.name,
+                    " must be 3-D (total_tokens, heads, head_dim) like flash_attn_varlen_func's, got shape ",
+                    t.tensor.sym_sizes());
+    }
+    check_dtype(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), VARLEN,
+                ": q, k, v must share one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+    const int64_t D = q.sym_size(2).guard_int(__FILE__, __LINE__);
+    check_input(tk_attention::supported_head_dim(int(D)), VARLEN, ": head_dim must be ", head_dim_list(), ", got ", D);
+    check_input(k.sym_sizes() == v.sym_sizes(), VARLEN, ": k and v must have the same shape, got ", k.sym_sizes(),
+                " and ", v.sym_sizes());
+    check_input(k.sym_size(2) == D, VARLEN, ": k and v must have q's head_dim ", D, ", got ", k.sym_sizes());
+    const c10::SymInt &Hq = q.sym_size(1), &Hk = k.sym_size(1);
+    check_input(Hk >= 1 && Hq % Hk == 0, VARLEN, ": the query heads (", Hq,
+                ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
+    for (const named_tensor &t : {named_tensor{"cu_seqlens_q", cu_q}, named_tensor{"cu_seqlens_k", cu_k}}) {
+        check_dtype(t.tensor.scalar_type() == at::kInt, VARLEN, ": ", t.name, " must be int32 (torch.int32), got ",
+                    t.tensor.scalar_type());
+        check_input(t.tensor.dim() == 1 && t.tensor.sym_size(0) >= 1, VARLEN, ": ", t.name,
+                    " must be 1-D with (documents + 1) offsets, got shape ", t.tensor.sym_sizes());
+    }
+    check_input(cu_q.sym_size(0) == cu_k.sym_size(0), VARLEN,
+                ": cu_seqlens_q and cu_seqlens_k must list the same documents, got ", cu_q.sym_size(0), " and ",
+                cu_k.sym_size(0), " offsets");
+    check_input(max_seqlen_q >= 0 && max_seqlen_k >= 0, VARLEN, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
+                max_seqlen_q, " and ", max_seqlen_k);
+    check_input(q.sym_size(0) < (int64_t(1) << 30) && k.sym_size(0) < (int64_t(1) << 30) &&
+                    cu_q.sym_size(0) < (int64_t(1) << 24) && Hq < (int64_t(1) << 16),
+                VARLEN, ": problem too large");
+    if (!scale) return 1.0 / std::sqrt(double(D));
+    check_input(std::isfinite(*scale), VARLEN, ": scale must be a finite number or None, got ", *scale);
+    return *scale;
+}
+
+// A packed (total, heads, D) tensor as the kernels' (1, heads, total, D) view.
+at::Tensor packed_view(const at::Tensor &t) { return t.unsqueeze(0).transpose(1, 2); }
 
 at::Tensor empty_lse(const at::Tensor &q) {
     if (q.is_cuda()) return at::detail::empty_cuda({q.size(0), q.size(1), q.size(2)}, at::kFloat, q.device(), std::nullopt);
@@ -197,6 +243,60 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, co
     return {o, lse};
 }
 
+// The forward on packed documents: (O (total_q, Hq, D), LSE (Hq, total_q)), as flash_attn_varlen_func returns them.
+std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
+                                                             const at::Tensor &v_in, const at::Tensor &cu_q,
+                                                             const at::Tensor &cu_k, int64_t max_seqlen_q,
+                                                             int64_t max_seqlen_k, bool causal,
+                                                             std::optional<double> scale_in, int64_t window_left,
+                                                             int64_t window_right, double softcap) {
+    double scale = varlen_rules(q_in, k_in, v_in, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale_in);
+    const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
+    check_devices(VARLEN, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+    const int64_t Tq = q_in.size(0), Hq = q_in.size(1), D = q_in.size(2), Tk = k_in.size(0);
+    const int docs = int(cu_q.size(0) - 1);
+
+    const c10::cuda::CUDAGuard guard(q_in.device());
+    at::Tensor o = at::detail::empty_cuda({Tq, Hq, D}, q_in.scalar_type(), q_in.device(), std::nullopt);
+    at::Tensor lse = at::detail::empty_cuda({Hq, Tq}, at::kFloat, q_in.device(), std::nullopt);
+    if (Tq == 0 || Hq == 0) return {o, lse};
+    if (Tk == 0) {
+        o.zero_();
+        lse.fill_(-std::numeric_limits<float>::infinity());
+        return {o, lse};
+    }
+    at::Tensor q_pos = q_in; // non-positive scales as in attention_fwd_cuda
+    if (scale < 0) {
+        q_pos = q_in.neg();
+        scale = -scale;
+    } else if (scale == 0) {
+        q_pos = at::zeros_like(q_in, at::MemoryFormat::Contiguous);
+        scale = 1;
+    }
+    const at::Tensor q = tma_readable_copy(packed_view(q_pos)), k = tma_readable_copy(packed_view(k_in)),
+                     v = tma_readable_copy(packed_view(v_in));
+    const at::Tensor cu_qc = cu_q.contiguous(), cu_kc = cu_k.contiguous();
+    const at::Tensor layout =
+        at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(Tq), int(Tk),
+                                              tk_attention::fwd_block_q(int(D)), tk_attention::bwd_block_k(int(D)),
+                                              layout.data_ptr<int>(), stream),
+                 "tk_ops.attention_varlen layout");
+
+    tk_attention::fwd_problem p{};
+    describe_inputs(p, q, k, v, window, scale, softcap);
+    at::Tensor o4 = packed_view(o);
+    p.o = out_of(o4);
+    p.lse = lse.data_ptr<float>();
+    p.varlen = true;
+    p.docs = tk_attention::varlen_layout_at(layout.data_ptr<int>(), docs);
+    const at::Tensor counter = task_counter(q_in.device());
+    p.task_counter = counter.data_ptr<int>();
+    check_launch(tk_attention::forward(p, stream), "tk_ops.attention_varlen kernel");
+    return {o, lse};
+}
+
 // dQ, dK, dV of attention_fwd(q, k, v, causal, scale) given O, dO and the LSE it returned. dK and dV have k's and v's
 // shapes (summed over each kv head's query heads).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
@@ -269,6 +369,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_meta(const at::Tens
             empty_like_order(v, v.scalar_type())};
 }
 
+std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_meta(const at::Tensor &q, const at::Tensor &k,
+                                                             const at::Tensor &v, const at::Tensor &cu_q,
+                                                             const at::Tensor &cu_k, int64_t max_seqlen_q,
+                                                             int64_t max_seqlen_k, bool causal,
+                                                             std::optional<double> scale, int64_t window_left,
+                                                             int64_t window_right, double softcap) {
+    varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
+    band_rules(causal, window_left, window_right, softcap);
+    return {at::empty_symint(q.sym_sizes(), q.options()),
+            at::empty_symint({q.sym_size(1), q.sym_size(0)}, q.options().dtype(at::kFloat))};
+}
+
 // ---------------------------------------------------------------- CPU: the op's rules, then the device rule
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -290,6 +402,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cpu(const at::Tenso
     reject_cpu(BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse}});
 }
 
+std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cpu(const at::Tensor &q, const at::Tensor &k,
+                                                            const at::Tensor &v, const at::Tensor &cu_q,
+                                                            const at::Tensor &cu_k, int64_t max_seqlen_q,
+                                                            int64_t max_seqlen_k, bool causal,
+                                                            std::optional<double> scale, int64_t window_left,
+                                                            int64_t window_right, double softcap) {
+    varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
+    band_rules(causal, window_left, window_right, softcap);
+    reject_cpu(VARLEN, {{"q", q}, {"k", k}, {"v", v}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+}
+
 // The head dimensions this build's kernels take, for modules that check their configuration when built.
 std::vector<int64_t> attention_head_dims() {
     return {std::begin(tk_attention::HEAD_DIMS), std::end(tk_attention::HEAD_DIMS)};
@@ -302,20 +425,26 @@ TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
           "int window_right=-1, float softcap=0.) -> (Tensor, Tensor)");
     m.def("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, Tensor lse, bool causal=False, "
           "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.) -> (Tensor dq, Tensor dk, Tensor dv)");
+    m.def("attention_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+          "int max_seqlen_q, int max_seqlen_k, bool causal=False, float? scale=None, int window_left=-1, "
+          "int window_right=-1, float softcap=0.) -> (Tensor, Tensor)");
     m.def("attention_head_dims() -> int[]", &attention_head_dims);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
     m.impl("attention_fwd", &attention_fwd_cuda);
     m.impl("attention_bwd", &attention_bwd_cuda);
+    m.impl("attention_varlen_fwd", &attention_varlen_fwd_cuda);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
     m.impl("attention_fwd", &attention_fwd_meta);
     m.impl("attention_bwd", &attention_bwd_meta);
+    m.impl("attention_varlen_fwd", &attention_varlen_fwd_meta);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
     m.impl("attention_fwd", &attention_fwd_cpu);
     m.impl("attention_bwd", &attention_bwd_cpu);
+    m.impl("attention_varlen_fwd", &attention_varlen_fwd_cpu);
 }

@@ -90,3 +90,41 @@ def _checked_options(causal, scale, window, softcap, op: str = "tk_ops.attention
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise InputError(f"{op}: softcap must be a number (0 for none), got {softcap!r}")
     return int(window[0]), int(window[1])
+
+
+def attention_varlen_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                              cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                              scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                              softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(O, LSE)`` of :func:`attention_varlen`: O (total_q, Hq, D) and LSE (Hq, total_q) float32, the packed
+    layout of flash_attn_varlen_func's ``return_attn_probs`` log-sum-exp."""
+    window = _checked_options(causal, scale, window, softcap, "tk_ops.attention_varlen")
+    if not (_is_int(max_seqlen_q) and _is_int(max_seqlen_k)):
+        raise InputError("tk_ops.attention_varlen: max_seqlen_q and max_seqlen_k must be Python ints, got "
+                         f"{max_seqlen_q!r} and {max_seqlen_k!r}")
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window[0], window[1],
+            float(softcap))
+    try:
+        return _ext.ops("attention").attention_varlen_fwd(*args)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise _ext.op_error(e, "tk_ops.attention_varlen", "attention_varlen_fwd", args) from None
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                     scale: float | None = None, window: tuple[int, int] = (-1, -1), softcap: float = 0.0
+                     ) -> torch.Tensor:
+    """Attention over packed documents, like ``flash_attn_varlen_func``: q (total_q, Hq, D), k and v
+    (total_k, Hk, D) hold the documents one after another; document i is rows cu_seqlens_q[i] ..
+    cu_seqlens_q[i + 1] of q and cu_seqlens_k[i] .. cu_seqlens_k[i + 1] of k and v (int32 offsets on the GPU,
+    documents + 1 of them, starting at 0). Each document is its own attention problem, with the options of
+    :func:`attention` (causal bottom-right aligned within it, window, softcap, GQA); no work is spent across
+    documents or on padding, and empty documents are allowed. ``max_seqlen_q`` / ``max_seqlen_k`` are accepted
+    for flash-attn compatibility (Python ints; the kernels do not need them). Rows past the last offset see no
+    key: their output is 0. Offsets are not read on the host (that would wait for the GPU): the kernels clamp them
+    into the tensors, and a decreasing offset makes an empty document. Forward only: gradients are refused.
+    Returns O (total_q, Hq, D) in the input dtype."""
+    return attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                     window, softcap)[0]

@@ -501,10 +501,73 @@ def test_bench_mask_cases():
         b, h, n, d = c.shape
         assert b * n == 16384 and h == 16 and [i.name for i in c.impls][:2] == ["tk_ops", "flex"]
     backward = attention_bench.cases(masks=True, backward=True)
-    for f, b in zip(cases, backward):
+    assert [c.name for c in cases if c.name.startswith("packed")] and not any(
+        c.name.startswith("packed") for c in backward)
+    for f, b in zip([c for c in cases if not c.name.startswith("packed")], backward):
         assert b.flops == pytest.approx(2.5 * f.flops) and all(i.setup is not None for i in b.impls)
+
+
+def test_bench_document_lengths():
+    lengths = attention_bench.document_lengths()
+    assert sum(lengths) == 16384 and all(1 <= n <= 4096 for n in lengths) and min(lengths[:-1]) >= 128
 
 
 @pytest.mark.parametrize("n, left", [(10, -1), (10, 0), (10, 3), (10, 9), (10, 20), (1, 5)])
 def test_bench_counts_visible_pairs(n, left):
     assert attention_bench.visible_pairs(n, left) == int(reference.attention_visible(n, n, True, (left, -1)).sum())
+
+
+# ---------------------------------------------------------------- packed documents (attention_varlen)
+
+def _offsets(*values, dtype=torch.int32, device="cpu"):
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def test_varlen_rules(built):
+    q, kv = t(30, 4, 64), t(30, 2, 64)
+    off = _offsets(0, 10, 30)
+    with pytest.raises(InputError, match="3-D"):
+        tk_ops.attention_varlen(t(1, 30, 4, 64), kv, kv, off, off, 20, 20)
+    with pytest.raises(DTypeError, match="cu_seqlens_q must be int32"):
+        tk_ops.attention_varlen(q, kv, kv, off.long(), off, 20, 20)
+    with pytest.raises(InputError, match="cu_seqlens_k must be 1-D"):
+        tk_ops.attention_varlen(q, kv, kv, off, off.view(1, 3), 20, 20)
+    with pytest.raises(InputError, match="same documents"):
+        tk_ops.attention_varlen(q, kv, kv, off, _offsets(0, 30), 20, 20)
+    with pytest.raises(InputError, match="max_seqlen_q and max_seqlen_k must be >= 0"):
+        tk_ops.attention_varlen(q, kv, kv, off, off, -1, 20)
+    with pytest.raises(InputError, match="must be Python ints"):
+        tk_ops.attention_varlen(q, kv, kv, off, off, 20.0, 20)
+    with pytest.raises(InputError, match="head_dim must be"):
+        tk_ops.attention_varlen(t(30, 4, 32), t(30, 2, 32), t(30, 2, 32), off, off, 20, 20)
+    with pytest.raises(InputError, match="multiple of the key/value heads"):
+        tk_ops.attention_varlen(t(30, 3, 64), kv, kv, off, off, 20, 20)
+    with pytest.raises(InputError, match="window must be"):
+        tk_ops.attention_varlen(q, kv, kv, off, off, 20, 20, window=(-3, 0))
+    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors"):
+        tk_ops.attention_varlen(q, kv, kv, off, off, 20, 20)
+
+
+def test_varlen_meta_kernel_gives_shapes(built):
+    q, kv = t(37, 8, 128, device="meta"), t(50, 2, 128, device="meta")
+    off = _offsets(0, 17, 37, device="meta")
+    out, lse = torch.ops.tk_ops.attention_varlen_fwd(q, kv, kv, off, off, 20, 33, True, None, -1, -1, 0.0)
+    assert out.shape == (37, 8, 128) and out.dtype == torch.bfloat16
+    assert lse.shape == (8, 37) and lse.dtype == torch.float32
+
+
+def test_reference_varlen_is_per_document():
+    lengths = [3, 0, 5, 1]
+    off = _offsets(0, 3, 3, 8, 9)
+    q, k, v = torch.randn(11, 2, 64), torch.randn(9, 1, 64), torch.randn(9, 1, 64)  # two query rows past the end
+    out, lse = reference.attention_varlen(q, k, v, off, off, causal=True)
+    assert out.shape == (11, 2, 64) and lse.shape == (2, 11)
+    start = 0
+    for n in lengths:
+        if n:
+            o_i, lse_i = reference.attention(q[start:start + n].transpose(0, 1)[None], k[start:start + n].transpose(0, 1)[None],
+                                             v[start:start + n].transpose(0, 1)[None], causal=True)
+            torch.testing.assert_close(out[start:start + n], o_i[0].transpose(0, 1))
+            torch.testing.assert_close(lse[:, start:start + n], lse_i[0])
+        start += n
+    assert (out[9:] == 0).all() and torch.isneginf(lse[:, 9:]).all()

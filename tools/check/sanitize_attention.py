@@ -1,5 +1,6 @@
 """Attention calls for compute-sanitizer (memcheck / racecheck / synccheck), forward and backward for every head
-dimension: full, causal, a causal sliding window, and a two-sided window with softcap.
+dimension: full, causal, a causal sliding window, and a two-sided window with softcap; packed documents
+(attention_varlen, forward) with the same options.
 
     compute-sanitizer --tool memcheck python tools/check/sanitize_attention.py
     compute-sanitizer --tool racecheck python tools/check/sanitize_attention.py --small
@@ -44,6 +45,14 @@ def main():
                     assert err < 2e-2, (d, causal, window, softcap, b, hq, hk, nq, nk, err)
                 o.backward(torch.randn_like(o))
                 torch.cuda.synchronize()
+    # Packed documents (forward): ragged, empty and one-token documents, rows past the last offset, a window.
+    lengths = [300, 0, 1, 777, 64, 193]
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    for d in head_dims():
+        q, k, v = (torch.randn(sum(lengths) + 5, h, d, device="cuda", dtype=torch.bfloat16) for h in (4, 2, 2))
+        for causal, window, softcap in MASKS:
+            tk_ops.attention_varlen(q, k, v, offsets, offsets, 777, 777, causal=causal, window=window, softcap=softcap)
+    torch.cuda.synchronize()
     print("sanitize_attention: done")
 
 

@@ -8,10 +8,11 @@ itself (torch.ops.tk_ops.attention_bwd on the saved O and LSE) and, for the SDPA
 saved graph (torch.autograd.grad with retain_graph=True, which runs only that backend's backward kernel).
 
 --masks compares the masked cases against FlexAttention (torch.compile'd flex_attention with the equivalent
-block mask and score_mod), 16 heads, D 64 and 128, 16384 tokens: causal sliding windows of 256, 1024 and 4096
-keys (one 16384-token sequence; query i sees keys i - W .. i), softcap 30 on causal attention (4 x 4096), and
-plain causal on the same 16384-token sequence (our dense kernel's rate, which the masked cases are held to; SDPA
-cuDNN there too). FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D.
+block mask and score_mod), 16 heads, D 64 and 128, 16384 tokens: packed documents (lengths drawn from 128..4096,
+causal inside each; tk_ops.attention_varlen, forward only), causal sliding windows of 256, 1024 and 4096 keys (one
+16384-token sequence; query i sees keys i - W .. i), softcap 30 on causal attention (4 x 4096), and plain causal on
+the same 16384-token sequence (our dense kernel's rate, which the masked cases are held to; SDPA cuDNN there too).
+FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D.
 """
 from __future__ import annotations
 
@@ -198,11 +199,55 @@ def mask_case(label: str, b: int, n: int, d: int, left: int, softcap: float, bac
     return Case(group, label, (b, HEADS, n, d), flops, make_inputs, impls)
 
 
+def document_lengths(total: int = TOKENS, shortest: int = 128, longest: int = 4096, seed: int = 0) -> list[int]:
+    """Lengths drawn uniformly from shortest..longest until `total` tokens, the last one cut to fit."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = []
+    while sum(lengths) < total:
+        n = int(torch.randint(shortest, longest + 1, (1,), generator=gen))
+        lengths.append(min(n, total - sum(lengths)))
+    return lengths
+
+
+def packed_case(d: int) -> Case:
+    """Causal attention inside each of the packed documents: tk_ops.attention_varlen against FlexAttention with a
+    document mask on the same (1, H, total, D) tensors (ours reads them as (total, H, D) views)."""
+    import tk_ops
+    lengths = document_lengths()
+    total = sum(lengths)
+    starts = torch.tensor([0] + lengths).cumsum(0)
+    doc_ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    made = {}
+
+    def make_inputs():
+        if not made:
+            made["cu"] = starts.to(device="cuda", dtype=torch.int32)
+            made["ids"] = doc_ids.cuda()
+        return tuple(torch.randn(1, HEADS, total, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+
+    def ours(q, k, v):
+        cu = made["cu"]
+        rows = lambda t: t[0].transpose(0, 1)  # noqa: E731 - (1, H, total, D) -> (total, H, D) view
+        o = tk_ops.attention_varlen(rows(q), rows(k), rows(v), cu, cu, max(lengths), max(lengths), causal=True)
+        return o.transpose(0, 1)[None]
+
+    def mask_mod(b_, h, q_idx, kv_idx):
+        ids = made["ids"]
+        return (ids[q_idx] == ids[kv_idx]) & (q_idx >= kv_idx)
+
+    flex_fwd, _ = _flex(mask_mod, None, 1, total)
+    pairs = sum(n * (n + 1) // 2 for n in lengths)
+    return Case(f"D={d}", f"packed ({len(lengths)} docs)", (1, HEADS, total, d), 4.0 * HEADS * pairs * d, make_inputs,
+                [Impl("tk_ops", ours, ours=True), Impl("flex", flex_fwd)])
+
+
 def mask_cases(quick: bool = False, backward: bool = False) -> list[Case]:
     windows = QUICK_WINDOWS if quick else WINDOWS
     out = []
     for d in (64, 128):
         out.append(mask_case("causal (dense)", 1, TOKENS, d, -1, 0.0, backward, with_cudnn=True))
+        if not backward:  # the packed documents' backward is not built
+            out.append(packed_case(d))
         out += [mask_case(f"window {w}", 1, TOKENS, d, w, 0.0, backward) for w in windows]
         out.append(mask_case(f"softcap {SOFTCAP:g}", TOKENS // 4096, 4096, d, -1, SOFTCAP, backward))
     return out

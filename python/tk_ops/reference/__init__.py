@@ -3,11 +3,11 @@ benchmarks' checks: ``tk_ops.reference.matmul(a, b)``, ``tk_ops.reference.attent
 They are written from the ops' documented semantics, independently of the kernels. The families whose kernels are
 still to come (Based, Mamba-2, FFT convolution) have theirs already: they define the semantics the kernels will
 be tested against."""
-from .attention import attention, attention_backward, attention_visible
+from .attention import attention, attention_backward, attention_varlen, attention_visible
 from .based import based, based_step
 from .fftconv import fftconv, fftconv_spectrum, monarch_fft
 from .gemm import linear, matmul, scaled_mm
 from .mamba2 import mamba2_chunk_scan, mamba2_dt, mamba2_step
 
-__all__ = ["attention", "attention_backward", "attention_visible", "based", "based_step", "fftconv", "fftconv_spectrum",
-           "linear", "mamba2_chunk_scan", "mamba2_dt", "mamba2_step", "matmul", "monarch_fft", "scaled_mm"]
+__all__ = ["attention", "attention_backward", "attention_varlen", "attention_visible", "based", "based_step", "fftconv",
+           "fftconv_spectrum", "linear", "mamba2_chunk_scan", "mamba2_dt", "mamba2_step", "matmul", "monarch_fft", "scaled_mm"]

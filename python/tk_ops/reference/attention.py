@@ -86,3 +86,24 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: 
     dk = (ds.transpose(-1, -2) @ q64) * scale
     fold = lambda t: t.view(b, hk, group, nk, d).sum(2)  # noqa: E731 - sum each GQA group's query heads
     return dq, fold(dk), fold(dv)
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, causal: bool = False, scale: float | None = None,
+                     window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O (total_q, Hq, D), LSE (Hq, total_q)) in float64 of packed documents: :func:`attention` on each document
+    (rows cu_seqlens[i] .. cu_seqlens[i + 1]) on its own. Query rows past the last offset see no key (O = 0,
+    LSE = -inf)."""
+    tq, hq, d = q.shape
+    out = torch.zeros(tq, hq, d, dtype=torch.float64, device=q.device)
+    lse = torch.full((hq, tq), float("-inf"), dtype=torch.float64, device=q.device)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for i in range(len(cq) - 1):
+        (q0, q1), (k0, k1) = (cq[i], cq[i + 1]), (ck[i], ck[i + 1])
+        if q1 <= q0:
+            continue
+        as_bhnd = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731 - (rows, H, D) -> (1, H, rows, D)
+        o_i, lse_i = attention(as_bhnd(q[q0:q1]), as_bhnd(k[k0:k1]), as_bhnd(v[k0:k1]), causal, scale, window, softcap)
+        out[q0:q1] = o_i[0].transpose(0, 1)
+        lse[:, q0:q1] = lse_i[0]
+    return out, lse

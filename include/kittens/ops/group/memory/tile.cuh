@@ -15,6 +15,11 @@ template <ducks::st::all ST, ducks::gl::all GL> __device__ static inline void lo
 template <ducks::st::all ST, ducks::gl::all GL> __device__ static inline void store(const GL &dst, const ST &src, const coord &idx) {
     ::kittens::detail::memory::store_st<GROUP_THREADS>(dst, src, idx, laneid());
 }
+// The first `rows` rows only, from element row idx.row (global_to_shared.cuh's store_st_rows).
+template <ducks::st::all ST, ducks::gl::all GL>
+__device__ static inline void store_rows(const GL &dst, const ST &src, const row_coord &idx, int rows) {
+    ::kittens::detail::memory::store_st_rows<GROUP_THREADS>(dst, src, idx, rows, laneid());
+}
 // One commit group per call and per thread; complete after load_async_wait<N>().
 template <ducks::st::all ST, ducks::gl::all GL>
 __device__ static inline void load_async(ST &dst, const GL &src, const coord &idx) {

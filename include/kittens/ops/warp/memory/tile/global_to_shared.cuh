@@ -32,6 +32,15 @@ __device__ inline void store_st(const GL &dst, const ST &src, const coord &idx, 
     shared_to_global<ST::rows, ST::cols, THREADS>(tile_window<ST>(dst, idx),
                                                   [&](int r, int c) { return src.idx(r, c); }, tid);
 }
+// Only the tile's first `rows` rows, the tile starting at element row idx.row: a tile that ends inside a packed
+// sequence, whose later rows belong to the next one.
+template <int THREADS, ducks::st::all ST, ducks::gl::all GL>
+__device__ inline void store_st_rows(const GL &dst, const ST &src, const row_coord &idx, int rows, int tid) {
+    check_st_gl<ST, GL>();
+    window<typename GL::T> w = make_window(dst, idx.b, idx.d, idx.row, idx.c * ST::cols);
+    w.rows_left = min(w.rows_left, rows);
+    shared_to_global<ST::rows, ST::cols, THREADS>(w, [&](int r, int c) { return src.idx(r, c); }, tid);
+}
 template <int THREADS, ducks::st::all ST, ducks::gl::all GL>
 __device__ inline void load_st_async(ST &dst, const GL &src, const coord &idx, int tid) {
     check_st_gl<ST, GL>();

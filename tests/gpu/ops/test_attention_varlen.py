@@ -1,0 +1,125 @@
+"""tk_ops.attention_varlen (packed documents, like flash_attn_varlen_func) against the float64 reference, document by
+document: ragged lengths with empty documents and documents of one token, cross lengths per document, causal,
+windows, softcap, GQA, head dims 64 and 128, bf16 and fp16, rows past the last offset, offsets that are not
+monotonic (clamped, never out of bounds), torch.compile and CUDA graphs; gradients are refused."""
+import pytest
+import torch
+
+import tk_ops
+from tk_ops import reference
+
+from ..util import fresh_pool_with_nan, rel_err
+from .test_attention import LSE_ATOL, TOL
+
+
+def cu(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+
+
+def packed(total, heads, d, dtype):
+    return torch.randn(total, heads, d, device="cuda").to(dtype)
+
+
+def check(q, k, v, cu_q, cu_k, what, **options):
+    fresh_pool_with_nan(2 * q.numel() + q.shape[0] * q.shape[1])
+    lq, lk = (cu_q[1:] - cu_q[:-1]), (cu_k[1:] - cu_k[:-1])
+    out, lse = tk_ops.attention_varlen_with_lse(q, k, v, cu_q, cu_k, int(lq.max()), int(lk.max()), **options)
+    ref, ref_lse = reference.attention_varlen(q, k, v, cu_q, cu_k, **options)
+    assert out.shape == q.shape and out.dtype == q.dtype, what
+    assert lse.shape == (q.shape[1], q.shape[0]) and lse.dtype == torch.float32, what
+    err = rel_err(out, ref)
+    assert err <= TOL[q.dtype], f"{what}: O relative error {err:.3e}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.equal(torch.isneginf(lse), empty), f"{what}: -inf LSE rows differ"
+    if empty.any():
+        assert (out.transpose(0, 1)[empty] == 0).all(), f"{what}: rows that see no key must be 0"
+    if (~empty).any():
+        lse_err = (lse.double()[~empty] - ref_lse[~empty]).abs().max().item()
+        assert lse_err <= LSE_ATOL, f"{what}: LSE max error {lse_err:.3e}"
+
+
+DOCS = {
+    "ragged": [300, 1, 0, 777, 64, 193, 2000, 5],
+    "one": [4097],
+    "many_short": [1, 2, 3, 17, 63, 64, 65, 127, 128, 129, 191, 192, 193] * 3,
+    "empty_ends": [0, 0, 500, 0, 250, 0],
+}
+
+
+@pytest.mark.parametrize("options", [dict(), dict(causal=True), dict(causal=True, window=(100, -1)),
+                                     dict(window=(50, 20), softcap=30.0), dict(causal=True, softcap=10.0)],
+                         ids=["full", "causal", "causal_w100", "w50_20_cap30", "causal_cap10"])
+@pytest.mark.parametrize("docs", list(DOCS), ids=list(DOCS))
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
+def test_packed_documents(d, docs, options):
+    lengths = DOCS[docs]
+    total = sum(lengths)
+    q, k, v = packed(total, 4, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
+    check(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **options)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal_bottom_right"])
+def test_cross_lengths_per_document(causal):
+    """Queries and keys of different lengths per document (decoding a packed batch against longer contexts, and
+    the other way round): causal rows align bottom-right inside each document."""
+    lq, lk = [17, 300, 0, 1, 900], [1000, 100, 50, 1, 899]
+    q = packed(sum(lq), 8, 128, torch.float16)
+    k, v = packed(sum(lk), 2, 128, torch.float16), packed(sum(lk), 2, 128, torch.float16)
+    check(q, k, v, cu(lq), cu(lk), f"cross causal={causal}", causal=causal)
+
+
+def test_rows_past_the_last_offset_are_zero():
+    """Tensors longer than the offsets say: the trailing query rows see no key (O = 0, LSE = -inf) and the trailing
+    keys are seen by no query."""
+    q, k, v = packed(700, 2, 64, torch.bfloat16), packed(900, 2, 64, torch.bfloat16), packed(900, 2, 64, torch.bfloat16)
+    check(q, k, v, cu([300, 200]), cu([400, 100]), "trailing rows", causal=True)
+
+
+def test_offsets_out_of_order_stay_inside_the_tensors():
+    """Offsets that decrease or run past the tensors are clamped (a decreasing one reads as an empty document):
+    the call completes and matches the reference on the clamped offsets."""
+    q, k, v = packed(600, 2, 64, torch.bfloat16), packed(600, 2, 64, torch.bfloat16), packed(600, 2, 64, torch.bfloat16)
+    bad = torch.tensor([0, 400, 200, 5000], dtype=torch.int32, device="cuda")
+    out = tk_ops.attention_varlen(q, k, v, bad, bad, 600, 600, causal=True)
+    clamped = torch.tensor([0, 400, 400, 600], dtype=torch.int32, device="cuda")
+    ref, _ = reference.attention_varlen(q, k, v, clamped, clamped, causal=True)
+    assert rel_err(out, ref) <= TOL[torch.bfloat16]
+
+
+def test_matches_dense_attention_on_equal_lengths():
+    """Documents of one length are a dense batch: the packed op and tk_ops.attention agree to rounding."""
+    b, n, h, d = 3, 1000, 4, 128
+    q, k, v = (torch.randn(b, n, h, d, device="cuda").bfloat16() for _ in range(3))
+    dense = tk_ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True).transpose(1, 2)
+    lengths = cu([n] * b)
+    out = tk_ops.attention_varlen(q.reshape(b * n, h, d), k.reshape(b * n, h, d), v.reshape(b * n, h, d), lengths,
+                                  lengths, n, n, causal=True)
+    torch.testing.assert_close(out, dense.reshape(b * n, h, d), rtol=0, atol=2e-2)
+
+
+def test_refuses_gradients():
+    q, k, v = (packed(100, 2, 64, torch.bfloat16).requires_grad_() for _ in range(3))
+    with pytest.raises(NotImplementedError, match="backward on packed documents is not built"):
+        tk_ops.attention_varlen(q, k, v, cu([100]), cu([100]), 100, 100)
+    with torch.no_grad():
+        assert tk_ops.attention_varlen(q, k, v, cu([100]), cu([100]), 100, 100).shape == q.shape
+
+
+def test_compiles_fullgraph_and_captures():
+    q, k, v = packed(1500, 4, 64, torch.bfloat16), packed(1500, 4, 64, torch.bfloat16), packed(1500, 4, 64, torch.bfloat16)
+    offsets = cu([700, 0, 800])
+
+    def fn(q, k, v):
+        return tk_ops.attention_varlen(q * 2, k, v, offsets, offsets, 800, 800, causal=True, window=(64, -1))
+
+    torch.testing.assert_close(torch.compile(fn, fullgraph=True)(q, k, v), fn(q, k, v), rtol=0, atol=1e-2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = fn(q, k, v)
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, _ = reference.attention_varlen(q * 2, k, v, offsets, offsets, causal=True, window=(64, -1))
+    assert rel_err(out, ref) <= TOL[torch.bfloat16]
