@@ -120,7 +120,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--pattern", default="BABA", help="the layers, B for Based and A for attention (default BABA)")
-    p.add_argument("--dim", type=int, default=512, help="model width; dim / heads must be 64 or 128")
+    p.add_argument("--dim", type=int, default=512, help="model width; dim / heads must be 64, 96, 128 or 256")
     p.add_argument("--heads", type=int, default=8, help="attention heads")
     p.add_argument("--based-heads", type=int, default=8,
                    help="Based heads; dim / based-heads (the value dimension) must be a multiple of 16 up to 128")
@@ -141,8 +141,8 @@ def main(argv=None) -> int:
         print(f"error: --pattern must be a sequence of A (attention) and B (Based), got {args.pattern!r}",
               file=sys.stderr)
         return 2
-    if "A" in args.pattern and (args.dim % args.heads or args.dim // args.heads not in (64, 128)):
-        print(f"error: --dim / --heads must be 64 or 128 (tk_ops.attention's head dimensions), got "
+    if "A" in args.pattern and (args.dim % args.heads or args.dim // args.heads not in (64, 96, 128, 256)):
+        print(f"error: --dim / --heads must be 64, 96, 128 or 256 (tk_ops.attention's head dimensions), got "
               f"{args.dim} / {args.heads}", file=sys.stderr)
         return 2
     value_dim = args.dim // args.based_heads

@@ -289,7 +289,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--dim", type=int, default=512, help="model width; dim / heads must be 64 or 128")
+    p.add_argument("--dim", type=int, default=512, help="model width; dim / heads must be 64, 96, 128 or 256")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA); default: --heads")
     add_run_args(p)
@@ -358,8 +358,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: this example trains on a CUDA GPU (tk_ops kernels need an H100/H200)", file=sys.stderr)
         return 2
-    if args.dim % args.heads or args.dim // args.heads not in (64, 128):
-        print(f"error: --dim / --heads must be 64 or 128 (the head dimensions tk_ops.attention supports), "
+    if args.dim % args.heads or args.dim // args.heads not in (64, 96, 128, 256):
+        print(f"error: --dim / --heads must be 64, 96, 128 or 256 (the head dimensions tk_ops.attention supports), "
               f"got {args.dim} / {args.heads}", file=sys.stderr)
         return 2
     device = torch.device("cuda")

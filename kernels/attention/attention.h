@@ -2,6 +2,7 @@
 // the kernels' translation units (one per head dimension and direction) implement it.
 #pragma once
 
+#include "attn_configs.h"
 #include "common/tensor4.h"
 
 #include <cstddef>
@@ -14,9 +15,10 @@
 
 namespace tk_attention {
 
-// The head dimensions the kernels are built for. Adding one: list it here and add its kernel configuration and
-// instantiation files (attn_fwd_d<D>.cu, attn_bwd_d<D>.cu); every dispatch goes through with_head_dim.
-inline constexpr int HEAD_DIMS[] = {64, 128};
+// The head dimensions the kernels are built for. Adding one: list it here and add its kernel configurations
+// (attn_configs.h) and instantiation files (attn_fwd_d<D>.cu, attn_bwd_d<D>.cu); every dispatch goes through
+// with_head_dim.
+inline constexpr int HEAD_DIMS[] = {64, 96, 128, 256};
 constexpr bool supported_head_dim(int d) {
     for (int x : HEAD_DIMS)
         if (x == d) return true;
@@ -88,7 +90,7 @@ struct varlen_layout {
     }
 };
 // Query rows per forward task (attn_fwd's BLOCK_Q): the block size of varlen_layout::blocks_q for the forward.
-constexpr int FWD_BLOCK_Q = 192;
+constexpr int fwd_block_q(int head_dim) { return 64 * fwd_config_for(head_dim).consumers; }
 // Ints of scratch the layout takes for `docs` caller documents: four arrays of docs + 3 offsets.
 inline int64_t varlen_layout_ints(int docs) { return 4 * (int64_t(docs) + 3); }
 // The layout in `scratch` (varlen_layout_ints(docs) ints), written by prepare_varlen from cu_seqlens_q / _k (docs + 1
@@ -139,7 +141,7 @@ struct bwd_problem {
     float softcap;
     dtype type;
     // Packed documents, as in fwd_problem (o and dout packed like q); the layout prepared with BWD_ROW_PAD-row query
-    // blocks and BWD_BLOCK_K-key blocks.
+    // blocks and bwd_block_k(head_dim)-key blocks.
     bool varlen = false;
     varlen_layout docs{};
     // Optional, for dQ converted inside the main kernel: the output, and bwd_scratch(*this).ints ints of scratch
@@ -149,21 +151,22 @@ struct bwd_problem {
 };
 
 // The backward's fp32 dQ accumulator is dense: (batch, q_heads, head_dim, padded_q_len) where the kernel computes
-// dQ transposed (head_dim 64, see attn_bwd_kernel.cuh), else (batch, q_heads, padded_q_len, head_dim). It holds
-// dQ / scale: backward_convert_dq applies the softmax scale.
-constexpr bool dq_accum_transposed(int head_dim) { return head_dim == 64; }
+// dQ transposed (attn_configs.h), else (batch, q_heads, padded_q_len, head_dim). It holds dQ / scale:
+// backward_convert_dq applies the softmax scale.
+constexpr bool dq_accum_transposed(int head_dim) { return bwd_config_for(head_dim).dq_transposed; }
 
 // dQ goes from the accumulator to the output in items of BWD_CONVERT_ROWS query rows of one head. Where the main
 // kernel converts (rows of the untransposed accumulator, one float4 per lane of a warp), its blocks that run out of
 // tasks convert the items of every (batch, kv head) whose tasks have all finished, flagging each;
 // backward_convert_dq then converts the items left unflagged.
 constexpr int BWD_CONVERT_ROWS = 64;
-constexpr bool bwd_kernel_converts_dq(int head_dim) { return !dq_accum_transposed(head_dim) && head_dim == 4 * 32; }
+constexpr bool bwd_kernel_converts_dq(int head_dim) { return bwd_config_for(head_dim).converts_dq; }
 // Keys per backward task. Causal tasks go heaviest first across heads when a head's key blocks fill a round and the
 // heads are few (attn_bwd_kernel.cuh's get_task).
-constexpr int BWD_BLOCK_K = 128;
+constexpr int bwd_block_k(int head_dim) { return bwd_config_for(head_dim).block_k(); }
 inline bool bwd_heaviest_first(const bwd_problem &p) {
-    return p.window.causal() && (p.kv_len + BWD_BLOCK_K - 1) / BWD_BLOCK_K >= 64 && p.batch * p.kv_heads < 32;
+    const int block_k = bwd_block_k(p.head_dim);
+    return p.window.causal() && (p.kv_len + block_k - 1) / block_k >= 64 && p.batch * p.kv_heads < 32;
 }
 // Whether this call converts dQ in the main kernel (scratch given). Not in heaviest-first order: every head's last
 // task then runs in the final round, so nothing is complete before the end and counting the tasks only costs.

@@ -22,9 +22,16 @@
 // which time the other consumer's dS^T of that step is long written) and adds it into a global fp32 dQ
 // accumulator with TMA reduce-adds from staging tiles of its own (other blocks add the other key blocks'
 // shares). The other consumer only signals, so no barrier of both warpgroups holds them in step.
-// Where the accumulator is untransposed (D = 128), the blocks that run out of tasks turn the accumulator of every
+// At D = 128 (attn_configs.h's converts_dq), the blocks that run out of tasks turn the accumulator of every
 // finished (batch, kv head) into the output dtype (after_tasks, run by the kernel's own entry, attn_bwd_kernel at
-// the end of this file); attn_bwd_convert.cu converts what is left afterwards (all of it at D = 64).
+// the end of this file); attn_bwd_convert.cu converts what is left afterwards (all of it at other head dimensions).
+//
+// D = 256 (attn_configs.h's split_head_dims): dK and dV of 64 keys would take 2 x 128 fp32 registers per thread,
+// so a task is 64 keys and both consumers work on all of them, consumer e accumulating columns 128 e .. 128 e + 127
+// of dK and dV. Both compute the same S^T, dP^T, P^T and dS^T (S^T and dP^T twice: 7 products of 64 x 64 x 256 per
+// step instead of 5), which keeps the consumers independent: each writes its own copy of dS^T and adds its columns
+// of dQ = dS K at once, through one staging tile of its own (shared memory has no room for more). The other
+// designs, and why they do not fit, are in docs/attention.md.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for banded attention (causal, sliding windows: attention.h's band), keys
@@ -43,14 +50,22 @@ using namespace kittens;
 
 template <typename T, int D, variant V> struct attn_bwd {
     static_assert(supported_head_dim(D), "attention backward: D must be one of attention.h's HEAD_DIMS");
-    static constexpr int NUM_CONSUMERS = 2;
+    // Task shape, query tile, ring, registers and the form of dQ per head dimension: attn_configs.h.
+    static constexpr bwd_config CONFIG = bwd_config_for(D);
+    static constexpr int NUM_CONSUMERS = bwd_config::CONSUMERS;
     static constexpr int KEYS = 64; // per consumer: one wgmma row slab
-    static constexpr int BLOCK_K = KEYS * NUM_CONSUMERS;
-    // D = 64 splits dQ's 128 query rows between the consumers; D = 128 splits dQ's 128 columns, which keeps
-    // S^T and dP^T at 64 columns (32 registers each) next to 2 x 64 registers of dK and dV.
-    static constexpr int BLOCK_Q = D == 64 ? 128 : 64;
-    static constexpr int INPUT_STAGES = 2;
-    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+    // SPLIT_HEAD_DIMS (D = 256): both consumers work on the task's one slab of 64 keys, consumer e on columns
+    // e * OUT_COLS .. of dK, dV and dQ (see split_dq_step). Otherwise each consumer owns a slab of its own.
+    static constexpr bool SPLIT_HEAD_DIMS = CONFIG.split_head_dims;
+    static constexpr int KV_TILES = SPLIT_HEAD_DIMS ? 1 : NUM_CONSUMERS; // key slabs per task
+    static constexpr int BLOCK_K = KEYS * KV_TILES;
+    static constexpr int OUT_COLS = SPLIT_HEAD_DIMS ? D / NUM_CONSUMERS : D; // a consumer's columns of dK and dV
+    static_assert(BLOCK_K == CONFIG.block_k(), "attention.h's task rules (bwd_block_k) assume BLOCK_K keys per task");
+    static constexpr int BLOCK_Q = CONFIG.block_q;
+    static constexpr int INPUT_STAGES = CONFIG.stages;
+    static constexpr int PRODUCER_REGISTERS = CONFIG.producer_registers, CONSUMER_REGISTERS = CONFIG.consumer_registers;
+    static_assert(registers_fit(NUM_CONSUMERS, PRODUCER_REGISTERS, CONSUMER_REGISTERS),
+                  "attention backward: the register split exceeds the block's pool");
     // Named barriers of the two consumer warpgroups (ids 1-2 are each warpgroup's own). Step parity p is owned by
     // consumer p, and the other consumer arrives where the owner syncs: DS_READY + p, the other's dS^T is in
     // shared memory. One id per parity, so that an arrival can never pair with the same consumer's next one: a
@@ -62,9 +77,8 @@ template <typename T, int D, variant V> struct attn_bwd {
     // step's dQ product has read both consumers' dS^T: the non-owner waits on it before reusing its ds tile.
 
     using q_tile = st<T, BLOCK_Q, D>;   // Q and dO
-    using kv_tile = st<T, KEYS, D>;     // one consumer's K or V rows
+    using kv_tile = st<T, KEYS, D>;     // one key slab's K or V rows
     using ds_tile = st<T, KEYS, BLOCK_Q>; // one consumer's dS^T
-    using dq_piece = st<float, 64, 64>;  // columns 64j.. of the owner's dQ (D = 128) or dQ^T (D = 64) tile
     using row_vec = sv<float, BLOCK_Q>;  // LSE or delta of a query tile
     using q_gl = gl<T, -1, -1, -1, D, q_tile>;
     using kv_gl = gl<T, -1, -1, -1, D, kv_tile>;
@@ -74,6 +88,12 @@ template <typename T, int D, variant V> struct attn_bwd {
     // D = 128 keeps (batch, q_heads, q_len, D). Either way a dense fp32 scratch that the preparation zeroes and
     // backward_convert_dq turns into dQ.
     static constexpr bool DQ_TRANSPOSED = dq_accum_transposed(D); // the accumulator holds dQ / scale (see the top)
+    // A dQ product (the owner's dQ tile, or dQ^T at D = 64, or a consumer's columns of dQ with split head dimensions)
+    // goes to global memory in pieces of DQ_PIECE columns.
+    static constexpr int DQ_COLS = DQ_TRANSPOSED ? BLOCK_Q : OUT_COLS;
+    static constexpr int DQ_PIECE = CONFIG.dq_piece_cols, DQ_PIECES = DQ_COLS / DQ_PIECE;
+    static_assert(DQ_PIECES * DQ_PIECE == DQ_COLS && DQ_PIECE % 16 == 0, "attention backward: dQ pieces must tile dQ");
+    using dq_piece = st<float, 64, DQ_PIECE>; // columns DQ_PIECE * j .. of a dQ product
     using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
     // Blocks that run out of tasks convert dQ of the (batch, kv head)s whose tasks have all finished (attention.h):
     // the conversion pass then reads only what is left, and the tail of the grid, where SMs wait for the last tasks,
@@ -107,14 +127,17 @@ template <typename T, int D, variant V> struct attn_bwd {
         q_tile q, dout;
         row_vec lse2, delta;
     };
+    // With split head dimensions one slab of K and V serves both consumers, each reads only its own dS^T, and one
+    // staging tile per consumer is what shared memory has room for.
+    static constexpr int DS_SLOTS = SPLIT_HEAD_DIMS ? 1 : 2, DQ_STAGING = SPLIT_HEAD_DIMS ? 1 : DQ_PIECES;
     struct output_block {
-        kv_tile k[NUM_CONSUMERS], v[NUM_CONSUMERS];
-        ds_tile ds[2][NUM_CONSUMERS]; // [step parity][consumer]: read by that parity's owner
-        // [consumer][half]: a consumer's dQ tile on its way to global memory. Each consumer stages in tiles of its
+        kv_tile k[KV_TILES], v[KV_TILES];
+        ds_tile ds[DS_SLOTS][NUM_CONSUMERS]; // [step parity][consumer]: read by that parity's owner
+        // [consumer][piece]: a consumer's dQ tile on its way to global memory. Each consumer stages in tiles of its
         // own, so it waits only for its own previous reduce-adds (issued a step or more earlier): with one staging
         // tile pair shared by both, the owner waited for the other's adds to be read. This fills shared memory to the
         // last kilobyte, so the semaphores below live in static shared memory.
-        dq_piece dq[NUM_CONSUMERS][2];
+        dq_piece dq[NUM_CONSUMERS][DQ_STAGING];
     };
     struct block_semaphores {
         semaphore kv_arrived[NUM_CONSUMERS];
@@ -125,7 +148,7 @@ template <typename T, int D, variant V> struct attn_bwd {
         return sems;
     }
     struct consumer_state {
-        rt_fl<16, D> dk, dv;
+        rt_fl<16, OUT_COLS> dk, dv;
         int tasks = 0; // tasks started: the phase of kv_arrived
         int steps = 0; // query tiles consumed: the parity of the ds buffer
         bool dq_pending = false; // this task's previous step still owes its dQ (see dq_step)
@@ -223,18 +246,29 @@ template <typename T, int D, variant V> struct attn_bwd {
         }
         consumers_sync();
         if (leader) {
-            const int row_tile = c.task.k_block * NUM_CONSUMERS + c.consumer;
+            const int row_tile = c.task.k_block * KV_TILES + slab_of(c.consumer);
             tma::store_async_read_wait(); // the previous task's dK and dV stores have read these tiles
-            tma::expect<kv_tile, kv_tile>(arrived);
-            const row_coord keys{c.task.b, c.task.kv_head, c.task.k_start + row_tile * KEYS, 0};
-            tma::load_async(c.output.k[c.consumer], c.g.k, keys, arrived);
-            tma::load_async(c.output.v[c.consumer], c.g.v, keys, arrived);
+            const row_coord at{c.task.b, c.task.kv_head, c.task.k_start + row_tile * KEYS, 0};
+            if constexpr (SPLIT_HEAD_DIMS) { // the one slab: consumer 0 loads K, consumer 1 V (see finish)
+                tma::expect<kv_tile>(arrived);
+                if (c.consumer == 0) tma::load_async(c.output.k[0], c.g.k, at, arrived);
+                else tma::load_async(c.output.v[0], c.g.v, at, arrived);
+            } else {
+                tma::expect<kv_tile, kv_tile>(arrived);
+                tma::load_async(c.output.k[c.consumer], c.g.k, at, arrived);
+                tma::load_async(c.output.v[c.consumer], c.g.v, at, arrived);
+            }
             if constexpr (CONVERT_IN_KERNEL) count_done(c.g, c.state); // while K and V are on their way
         }
         c.state.last_kv_head = c.task.b * c.g.kv_heads + c.task.kv_head;
         zero(c.state.dk);
         zero(c.state.dv);
-        wait(arrived, c.state.tasks & 1);
+        if constexpr (SPLIT_HEAD_DIMS) {
+#pragma unroll
+            for (int i = 0; i < NUM_CONSUMERS; i++) wait(semaphores().kv_arrived[i], c.state.tasks & 1);
+        } else {
+            wait(arrived, c.state.tasks & 1);
+        }
         c.state.tasks++;
     }
 
@@ -280,10 +314,10 @@ template <typename T, int D, variant V> struct attn_bwd {
             s, dp, p_out, ds_out);
     }
 
-    // The owner's dQ tile summed over both consumers' keys, one m64n128 product whose 64-column halves are staged
-    // and added separately: D = 64, dQ^T = K^T dS^T (rows: head dims, columns: the tile's 128 queries); D = 128,
-    // dQ = dS K (rows: the tile's 64 queries, columns: head dims).
-    using dq_acc = rt_fl<16, 128>;
+    // The owner's dQ tile summed over both consumers' keys, one product whose DQ_PIECE-column pieces are staged
+    // and added separately: D = 64, dQ^T = K^T dS^T (rows: head dims, columns: the tile's 128 queries); D = 96 and
+    // 128, dQ = dS K (rows: the tile's 64 queries, columns: head dims).
+    using dq_acc = rt_fl<16, DQ_COLS>;
     __device__ static inline void dq_product(lcsf::consumer_args<attn_bwd> &c, dq_acc &acc, int parity) {
         auto &ds = c.output.ds[parity];
         auto &k = c.output.k;
@@ -296,9 +330,16 @@ template <typename T, int D, variant V> struct attn_bwd {
         }
         warpgroup::mma_async_wait(acc);
     }
-    __device__ static inline void dq_half(const dq_acc &acc, rt_fl<16, 64> &half, int j) {
+    __device__ static inline void piece_of(const dq_acc &acc, rt_fl<16, DQ_PIECE> &piece, int j) {
 #pragma unroll
-        for (int t = 0; t < 4; t++) half.tiles[0][t] = acc.tiles[0][4 * j + t];
+        for (int t = 0; t < DQ_PIECE / 16; t++) piece.tiles[0][t] = acc.tiles[0][DQ_PIECE / 16 * j + t];
+    }
+    // The key slab a consumer reads: its own, or with split head dimensions the task's one slab.
+    __device__ static inline int slab_of(int consumer) { return SPLIT_HEAD_DIMS ? 0 : consumer; }
+    // A consumer's columns of a D-wide tile: all of them, or with split head dimensions its share.
+    template <typename ST> __device__ static inline auto &own_cols(ST &t, int consumer) {
+        if constexpr (SPLIT_HEAD_DIMS) return t.template col_block<OUT_COLS>(consumer);
+        else return t;
     }
 
     // The wgmma groups of one step, in issue order: S and dP | dV, dK | (owner) dQ. dV and dK are queued before
@@ -310,11 +351,11 @@ template <typename T, int D, variant V> struct attn_bwd {
         tile_of(c.g, c.task, c.iter, h, qt);
 
         rt_fl<16, BLOCK_Q> s, dp;
-        warpgroup::mm_ABt(s, c.output.k[e], c.input.q);
-        warpgroup::mm_ABt(dp, c.output.v[e], c.input.dout);
+        warpgroup::mm_ABt(s, c.output.k[slab_of(e)], c.input.q);
+        warpgroup::mm_ABt(dp, c.output.v[slab_of(e)], c.input.dout);
         warpgroup::mma_async_wait(s, dp);
 
-        const int key0 = c.task.k_block * BLOCK_K + e * KEYS;
+        const int key0 = c.task.k_block * BLOCK_K + slab_of(e) * KEYS;
         const int q0 = qt * BLOCK_Q;
         const bool ragged = key0 + KEYS > c.task.kv_len;
         const bool edge = V.banded && tile_needs_mask(q0, q0 + BLOCK_Q - 1, key0, key0 + KEYS - 1, c.task.q_len, c.task.kv_len, c.g.window);
@@ -322,18 +363,54 @@ template <typename T, int D, variant V> struct attn_bwd {
         const int warp_key0 = key0 + warpgroup::warp_row0();
         if (ragged || edge) gradients<true>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0);
         else gradients<false>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0);
-        warpgroup::mma_AB(c.state.dv, p, c.input.dout);
-        warpgroup::mma_AB(c.state.dk, ds, c.input.q);
-        // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
-        if (step >= 2 && parity != e) wait(semaphores().ds_free[parity], ((step - 2) >> 1) & 1);
-        warpgroup::store(c.output.ds[parity][e], ds);
+        warpgroup::mma_AB(c.state.dv, p, own_cols(c.input.dout, e));
+        warpgroup::mma_AB(c.state.dk, ds, own_cols(c.input.q, e));
+        if constexpr (SPLIT_HEAD_DIMS) {
+            split_dq_step(c, ds, h, qt);
+        } else {
+            // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
+            if (step >= 2 && parity != e) wait(semaphores().ds_free[parity], ((step - 2) >> 1) & 1);
+            warpgroup::store(c.output.ds[parity][e], ds);
+            tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
+            if (parity != e) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may take it
+            warpgroup::mma_async_wait(c.state.dk, c.state.dv);
+            if (c.state.dq_pending) dq_step(c, step - 1, c.state.pending_head, c.state.pending_q_tile);
+            c.state.dq_pending = true;
+            c.state.pending_head = h;
+            c.state.pending_q_tile = qt;
+        }
+    }
+
+    // Split head dimensions: this consumer's columns of the step's dQ = dS K (from its own copy of dS^T, which both
+    // consumers computed alike), added through its one staging tile a piece at a time. Nothing waits for the other
+    // consumer.
+    __device__ static inline void split_dq_step(lcsf::consumer_args<attn_bwd> &c, const rt<T, 16, BLOCK_Q> &ds, int h,
+                                                int qt) {
+        const int e = c.consumer;
+        ds_tile &mine = c.output.ds[0][e]; // last read by this consumer's previous dQ product, long complete
+        warpgroup::store(mine, ds);
         tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
-        if (parity != e) group<2 * WARPGROUP_WARPS>::arrive(DS_READY + parity); // the owner may take it
         warpgroup::mma_async_wait(c.state.dk, c.state.dv);
-        if (c.state.dq_pending) dq_step(c, step - 1, c.state.pending_head, c.state.pending_q_tile);
-        c.state.dq_pending = true;
-        c.state.pending_head = h;
-        c.state.pending_q_tile = qt;
+        warpgroup::sync(e + 1);
+        dq_acc dq;
+        warpgroup::mm_AtB(dq, mine, own_cols(c.output.k[0], e));
+        warpgroup::mma_async_wait(dq);
+        dq_piece &staging = c.output.dq[e][0];
+#pragma unroll
+        for (int j = 0; j < DQ_PIECES; j++) {
+            // The staging tile is free once the previous reduce-add has read it; the barrier passes that on.
+            if (warpgroup::laneid() == 0) tma::store_async_read_wait();
+            warpgroup::sync(e + 1);
+            rt_fl<16, DQ_PIECE> piece;
+            piece_of(dq, piece, j);
+            warpgroup::store(staging, piece);
+            tma::store_fence();
+            warpgroup::sync(e + 1);
+            if (warpgroup::laneid() == 0) {
+                tma::store_add_async(c.g.dq, staging, {c.task.b, h, c.task.q_pad_tile + qt, e * DQ_PIECES + j});
+                tma::store_commit_group();
+            }
+        }
     }
 
     // dQ of the task's step `step` (query tile qt of head h), from both consumers' dS^T of it. Its owner waits for
@@ -350,18 +427,18 @@ template <typename T, int D, variant V> struct attn_bwd {
         dq_product(c, dq, parity);
         if (laneid() == 0) arrive(semaphores().ds_free[parity]);
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            rt_fl<16, 64> half;
-            dq_half(dq, half, j);
-            warpgroup::store(c.output.dq[e][j], half);
+        for (int j = 0; j < DQ_PIECES; j++) {
+            rt_fl<16, DQ_PIECE> piece;
+            piece_of(dq, piece, j);
+            warpgroup::store(c.output.dq[e][j], piece);
         }
         tma::store_fence();
         warpgroup::sync(e + 1);
         if (warpgroup::laneid() == 0) {
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < DQ_PIECES; j++) {
                 const int tile = c.task.q_pad_tile + qt;
-                const coord at = DQ_TRANSPOSED ? coord{c.task.b, h, 0, tile * 2 + j} : coord{c.task.b, h, tile, j};
+                const coord at = DQ_TRANSPOSED ? coord{c.task.b, h, 0, tile * DQ_PIECES + j} : coord{c.task.b, h, tile, j};
                 tma::store_add_async(c.g.dq, c.output.dq[e][j], at);
             }
             tma::store_commit_group();
@@ -434,32 +511,38 @@ template <typename T, int D, variant V> struct attn_bwd {
 
     // dK and dV of this consumer's 64 keys, staged in its K and V tiles and written by two TMA stores (which clip
     // rows past kv_len; a packed document's last rows go by plain stores that stop at its end). The barrier first:
-    // the other consumer's last dQ product reads this consumer's K.
+    // the other consumer's last dQ product reads this consumer's K. With split head dimensions both consumers stage
+    // their columns in the one K and V tile, and once both have, consumer 0 stores dK and consumer 1 dV (the tiles
+    // each loads in setup after its store has read it).
     __device__ static inline void finish(lcsf::consumer_args<attn_bwd> &c) {
-        const int e = c.consumer, row_tile = c.task.k_block * NUM_CONSUMERS + e;
-        if (c.state.dq_pending) dq_step(c, c.state.steps - 1, c.state.pending_head, c.state.pending_q_tile);
-        c.state.dq_pending = false;
+        const int e = c.consumer, slab = slab_of(e), row_tile = c.task.k_block * KV_TILES + slab;
+        if constexpr (!SPLIT_HEAD_DIMS) {
+            if (c.state.dq_pending) dq_step(c, c.state.steps - 1, c.state.pending_head, c.state.pending_q_tile);
+            c.state.dq_pending = false;
+        }
         consumers_sync();
-        rt<T, 16, D> out;
+        rt<T, 16, OUT_COLS> out;
         mul(c.state.dk, c.state.dk, c.g.scale); // dS^T was formed without the softmax scale
         copy(out, c.state.dk);
-        warpgroup::store(c.output.k[e], out);
+        warpgroup::store(own_cols(c.output.k[slab], e), out);
         copy(out, c.state.dv);
-        warpgroup::store(c.output.v[e], out);
+        warpgroup::store(own_cols(c.output.v[slab], e), out);
         tma::store_fence();
-        warpgroup::sync(e + 1);
+        if constexpr (SPLIT_HEAD_DIMS) consumers_sync();
+        else warpgroup::sync(e + 1);
         const int key0 = row_tile * KEYS;
         if (key0 >= c.task.kv_len) return;
-        const row_coord keys{c.task.b, c.task.kv_head, c.task.k_start + key0, 0};
+        const row_coord at{c.task.b, c.task.kv_head, c.task.k_start + key0, 0};
+        const bool stores_dk = !SPLIT_HEAD_DIMS || e == 0, stores_dv = !SPLIT_HEAD_DIMS || e == 1;
         if (V.varlen && key0 + KEYS > c.task.kv_len) {
-            warpgroup::store_rows(c.g.dk, c.output.k[e], keys, c.task.kv_len - key0);
-            warpgroup::store_rows(c.g.dv, c.output.v[e], keys, c.task.kv_len - key0);
+            if (stores_dk) warpgroup::store_rows(c.g.dk, c.output.k[slab], at, c.task.kv_len - key0);
+            if (stores_dv) warpgroup::store_rows(c.g.dv, c.output.v[slab], at, c.task.kv_len - key0);
             async_proxy_fence(); // these reads of the tiles before the next task's TMA loads into them
             return;
         }
         if (warpgroup::laneid() == 0) {
-            tma::store_async(c.g.dk, c.output.k[e], keys);
-            tma::store_async(c.g.dv, c.output.v[e], keys);
+            if (stores_dk) tma::store_async(c.g.dk, c.output.k[slab], at);
+            if (stores_dv) tma::store_async(c.g.dv, c.output.v[slab], at);
             tma::store_commit_group();
         }
     }

@@ -2,9 +2,9 @@
 // the base-2 form the main kernel exponentiates against. Rows that see no key (LSE = -inf) and the padding
 // rows up to a multiple of BWD_ROW_PAD get lse2 = +inf, which makes every P of theirs exactly 0.
 // The same pass zeroes the fp32 dQ accumulator the main kernel adds into (one launch and one pass over the rows
-// fewer than a separate fill). The accumulator is dense with as many floats as this grid has threads times 8, so
-// each thread zeroes its own 32 bytes of it whatever its layout; the first threads also zero the int scratch of the
-// in-kernel dQ conversion (attention.h's bwd_scratch_layout).
+// fewer than a separate fill). The accumulator is dense with 8 floats per (padded row, 8-element part), so each
+// thread that reads a part zeroes its own 32 bytes of it whatever its layout; the first threads also zero the int
+// scratch of the in-kernel dQ conversion (attention.h's bwd_scratch_layout).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -22,25 +22,34 @@ __device__ __forceinline__ int64_t chunk_at(const tensor4 &t, int64_t b, int64_t
     return (b * t.stride_b + h * t.stride_h + row * t.stride_n) / 8 + part;
 }
 
-// One thread per 8 elements (16 bytes) of a row; the D / 8 threads of a row are adjacent lanes of a warp. Packed
-// documents (`docs` non-null): padded row i of a head holds the packed row docs->packed_row(i) (batch 1).
+// Lanes per row: D / 8 parts of 8 elements (16 bytes), rounded up to a power of two so that a row's lanes are an
+// aligned group of a warp, which the shuffles below reduce over (D = 96: 12 parts on 16 lanes, 4 of them idle).
+template <int D> constexpr int row_lanes() {
+    int lanes = 1;
+    while (lanes < D / 8) lanes *= 2;
+    return lanes;
+}
+
+// One thread per 8 elements (16 bytes) of a row; the row_lanes<D>() threads of a row are adjacent lanes of a warp.
+// Packed documents (varlen): padded row i of a head holds the packed row docs.packed_row(i) (batch 1).
 template <typename T2, int D>
 __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *lse2, float *delta, float *dq_accum,
                              int *sync, int64_t sync_ints, int q_heads, int q_len, int padded_len, int64_t rows,
                              varlen_layout docs, bool varlen) {
-    constexpr int PARTS = D / 8;
+    constexpr int PARTS = D / 8, LANES = row_lanes<D>();
+    static_assert(PARTS * 8 == D && LANES <= 32, "prepare_rows: a row is whole 16-byte parts within one warp");
     const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (id < sync_ints) sync[id] = 0; // the in-kernel dQ conversion's counts and flags
-    if (id < rows * PARTS) {
-        float4 *acc = reinterpret_cast<float4 *>(dq_accum) + 2 * id;
+    const int64_t row = id / LANES; // in the padded (batch * heads, padded_len) grid
+    const int part = int(id % LANES);
+    if (row < rows && part < PARTS) {
+        float4 *acc = reinterpret_cast<float4 *>(dq_accum) + 2 * (row * PARTS + part);
         acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    const int64_t row = id / PARTS; // in the padded (batch * heads, padded_len) grid
-    const int part = int(id % PARTS);
     const int64_t head = row / padded_len;
     int i = int(row - head * padded_len); // the query row in the sequence (packed: in all documents)
     if (varlen && row < rows) i = docs.packed_row(i, BWD_ROW_PAD);
-    const bool real = row < rows && i >= 0 && i < q_len;
+    const bool real = row < rows && i >= 0 && i < q_len && part < PARTS;
     float sum = 0.f;
     if (real) {
         const int64_t batch = head / q_heads, q_head = head % q_heads;
@@ -54,7 +63,7 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
         }
     }
 #pragma unroll
-    for (int m = 1; m < PARTS; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    for (int m = 1; m < LANES; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
     if (row >= rows || part != 0) return;
     float l = INFINITY;
     if (real) {
@@ -68,7 +77,7 @@ __global__ void prepare_rows(tensor4 o, tensor4 dout, const float *lse, float *l
 template <typename T2, int D> cudaError_t launch(const bwd_problem &p, cudaStream_t stream) {
     const bwd_scratch_layout scratch = bwd_scratch(p);
     const int64_t rows = scratch.row_floats; // one per padded row of every head
-    const int64_t threads = rows * (D / 8);
+    const int64_t threads = rows * row_lanes<D>();
     constexpr int BLOCK = 256;
     const int64_t blocks = (threads + BLOCK - 1) / BLOCK;
     const int64_t sync_ints = bwd_converts_in_kernel(p) ? scratch.ints : 0;

@@ -2,11 +2,11 @@
 // log-sum-exp, for one head dimension D (attention.h lists those built).
 //
 // A task is one block of BLOCK_Q = 64 * NUM_CONSUMERS query rows of one (batch, head). Each consumer
-// warpgroup owns 64 rows of Q, loaded by TMA into one of its two shared slots: while a task runs on one slot,
+// warpgroup owns 64 rows of Q, loaded by TMA into one of its shared slots: while a task runs on one slot,
 // the next task's Q is already loading into the other (issued in setup). Meanwhile the producer streams
 // the head's K and V tiles (KV rows each) through the ring. Per tile a consumer computes S = Q K^T (wgmma,
 // both operands in shared memory), folds S into its running softmax in fp32 registers, converts P to 16 bits
-// in registers and runs O += P V (wgmma with A in registers, B = the V tile as stored: keys x D). The three
+// in registers and runs O += P V (wgmma with A in registers, B = the V tile as stored: keys x D). The
 // consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
 // At the end O is divided by the row sums, staged in the consumer's Q slot (free once the task's last S is
 // computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past
@@ -14,7 +14,7 @@
 //
 // When q_len is not a multiple of BLOCK_Q one block is ragged, and a consumer whose 64 rows lie wholly outside
 // the sequence computes nothing. That is the last block, except causal with q_len mod BLOCK_Q in 1..64: there
-// the blocks start q_shift = 128 rows above row 0 (Q coordinates below 0 read zeros), so the one-consumer block
+// the blocks start q_shift = BLOCK_Q - 64 rows above row 0 (Q coordinates below 0 read zeros), so the one-consumer block
 // is the first, which sees the fewest keys; at the end it would be the heaviest task, run by one consumer
 // without the others' overlap.
 //
@@ -37,20 +37,21 @@ constexpr bool fwd_narrow_tails_fit(int head_dim) { return head_dim == 64; }
 
 template <typename T, int D, variant V> struct attn_fwd {
     static_assert(supported_head_dim(D), "attention forward: D must be one of attention.h's HEAD_DIMS");
-    static constexpr int NUM_CONSUMERS = 3;
+    // Consumers, key tile, ring depth, Q slots and registers per head dimension: attn_configs.h.
+    static constexpr fwd_config CONFIG = fwd_config_for(D);
+    static constexpr int NUM_CONSUMERS = CONFIG.consumers;
     static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
     static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
-    static_assert(BLOCK_Q == FWD_BLOCK_Q, "attention.h's FWD_BLOCK_Q sizes the packed documents' blocks");
-    // Key tile and ring depth: what fits 227 KB next to the two Q slots per consumer (D = 64: 3 x 44 KB +
-    // 48 KB; D = 128: 2 x 56 KB + 96 KB, hence 112-row tiles: 128 rows would leave no room for the second slot).
-    // D = 64 stops at 176 keys for registers: 192 spills under the 128 per thread ptxas allows here.
-    // (A softcap holds more registers per score: 176-key tiles spill there, 144 do not.)
-    static constexpr int KV = D == 64 ? (V.softcap ? 144 : 176) : 112;
-    static constexpr int INPUT_STAGES = D == 64 ? 3 : 2;
-    // 3 fat consumers + a producer that issues TMA and draws task ids: (3 * 160 + 32) * 128 registers are the whole
-    // 64K file, which setmaxnreg only redistributes (the producer's task draw spilled at 24).
-    // (ptxas reports the 128 per thread that 512 threads allow at entry; this code fits them without spills.)
-    static constexpr int PRODUCER_REGISTERS = 32, CONSUMER_REGISTERS = 160;
+    static_assert(BLOCK_Q == fwd_block_q(D), "attention.h's fwd_block_q sizes the packed documents' blocks");
+    static constexpr int KV = V.softcap ? CONFIG.kv_softcap : CONFIG.kv;
+    static constexpr int INPUT_STAGES = CONFIG.stages;
+    static constexpr int Q_SLOTS = CONFIG.q_slots;
+    static_assert(Q_SLOTS == 1 || Q_SLOTS == 2, "attention forward: one or two Q slots per consumer");
+    // (ptxas reports the registers per thread that the block size allows at entry; the consumers' code fits the
+    // count setmaxnreg gives them without spills.)
+    static constexpr int PRODUCER_REGISTERS = CONFIG.producer_registers, CONSUMER_REGISTERS = CONFIG.consumer_registers;
+    static_assert(registers_fit(NUM_CONSUMERS, PRODUCER_REGISTERS, CONSUMER_REGISTERS),
+                  "attention forward: the register split exceeds the block's pool");
     // narrow_tail: a consumer's last tile (cut by its diagonal or the sequence end) runs as a 64-, 128- or
     // KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such tiles are
     // many: the narrow bodies make the kernel longer, and that alone costs time on every tile (see
@@ -71,7 +72,7 @@ template <typename T, int D, variant V> struct attn_fwd {
         float *lse; // (batch, q_heads, q_len), contiguous
         int q_heads, group; // group: query heads per kv head (GQA)
         int q_len, kv_len, q_blocks, kv_tiles, num_tasks;
-        int q_shift;         // block qb covers rows qb * BLOCK_Q - q_shift ..: 0 or 128, see the top
+        int q_shift;         // block qb covers rows qb * BLOCK_Q - q_shift ..: 0 or BLOCK_Q - Q_ROWS, see the top
         int heads_per_group; // task order: see get_task
         int *task_counter;   // LCSF's dynamic schedule: 2 ints, zero at launch and left zero
         band window;
@@ -83,8 +84,8 @@ template <typename T, int D, variant V> struct attn_fwd {
         kv_tile k, v;
     };
     struct output_block {
-        q_tile q[2][NUM_CONSUMERS]; // [task parity][consumer]
-        semaphore q_arrived[2][NUM_CONSUMERS];
+        q_tile q[Q_SLOTS][NUM_CONSUMERS]; // [task number % Q_SLOTS][consumer]
+        semaphore q_arrived[Q_SLOTS][NUM_CONSUMERS];
     };
     struct consumer_state {
         rt_fl<16, D> o;
@@ -171,28 +172,38 @@ template <typename T, int D, variant V> struct attn_fwd {
         tma::load_async(c.output.q[slot][c.consumer], c.g.q, row_coord{t.b, t.h, t.q_start + first_row(c.g, t, c.consumer), 0}, arrived);
     }
 
-    __device__ static inline q_tile &q_of(lcsf::consumer_args<attn_fwd> &c) { return c.output.q[c.state.tasks & 1][c.consumer]; }
+    __device__ static inline q_tile &q_of(lcsf::consumer_args<attn_fwd> &c) {
+        return c.output.q[c.state.tasks % Q_SLOTS][c.consumer];
+    }
 
-    // This task's Q is in slot (tasks & 1), loaded during the previous task (or now, for the first). The next
-    // task's Q (LCSF looked that task up already) goes into the other slot once the previous task's O store,
-    // staged there, has read it. (Issuing it on the first tile instead, after S, measured slower.)
+    // With two slots, this task's Q is in slot (tasks & 1), loaded during the previous task (or now, for the first),
+    // and the next task's Q (LCSF looked that task up already) goes into the other slot once the previous task's O
+    // store, staged there, has read it. (Issuing it on the first tile instead, after S, measured slower.) With one
+    // slot (D = 256, for shared memory), this task's Q loads into it once that store has read it.
     __device__ static inline void setup(lcsf::consumer_args<attn_fwd> &c) {
-        const int slot = c.state.tasks & 1;
+        const int slot = c.state.tasks % Q_SLOTS;
         if (c.state.tasks == 0 && warpgroup::laneid() == 0) {
-            init_semaphore(c.output.q_arrived[0][c.consumer], 1);
-            init_semaphore(c.output.q_arrived[1][c.consumer], 1);
-            load_q(c, c.task, slot);
+#pragma unroll
+            for (int s = 0; s < Q_SLOTS; s++) init_semaphore(c.output.q_arrived[s][c.consumer], 1);
+            if constexpr (Q_SLOTS == 2) load_q(c, c.task, slot);
         }
-        // First task: nobody waits on a barrier before its init. Later: every warp's wgmma reads of the other
-        // slot (the previous task's Q) are over before TMA overwrites it.
+        // First task: nobody waits on a barrier before its init. Later: every warp's wgmma reads of the slot TMA
+        // overwrites (the previous task's Q) are over.
         warpgroup::sync(c.consumer + 1);
-        if (warpgroup::laneid() == 0 && c.has_next) {
-            tma::store_async_read_wait<0>();
-            load_q(c, c.next, slot ^ 1);
+        if (warpgroup::laneid() == 0) {
+            if constexpr (Q_SLOTS == 2) {
+                if (c.has_next) {
+                    tma::store_async_read_wait<0>();
+                    load_q(c, c.next, slot ^ 1);
+                }
+            } else {
+                tma::store_async_read_wait<0>();
+                load_q(c, c.task, slot);
+            }
         }
         zero(c.state.o);
         c.state.stats.reset();
-        wait(c.output.q_arrived[slot][c.consumer], (c.state.tasks >> 1) & 1);
+        wait(c.output.q_arrived[slot][c.consumer], (c.state.tasks / Q_SLOTS) & 1);
     }
 
     // The first W keys of a key (or value) tile as a wgmma operand.

@@ -35,7 +35,7 @@ constexpr const char *VARLEN_BACKWARD = "tk_ops.attention_varlen backward";
 
 // ---------------------------------------------------------------- the rules
 
-// "64 or 128", from the list the kernels are built for.
+// "64, 96, 128 or 256", from the list the kernels are built for.
 std::string head_dim_list() {
     std::string s;
     const size_t n = std::size(tk_attention::HEAD_DIMS);
@@ -69,10 +69,10 @@ double qkv_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
                 ": k and v must be (B, Hk, Nk, D) with q's batch ", B, " and head_dim ", D, ", got ", k.sym_sizes());
     check_input(Hk >= 1 && Hq % Hk == 0, ATTENTION, ": the query heads (", Hq,
                 ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
-    // The kernels index tasks and rows with 32-bit integers.
+    // The kernels index tasks and rows with 32-bit integers (backward tasks of 64 keys at the least).
     check_input(B < (int64_t(1) << 31) && Hq < (int64_t(1) << 31) && Nq < tk_attention::MAX_SEQ_LEN &&
                     Nk < tk_attention::MAX_SEQ_LEN && B * Hq * ((Nq + 127) / 64) < (int64_t(1) << 31) &&
-                    B * Hk * ((Nk + 127) / 128) < (int64_t(1) << 31),
+                    B * Hk * ((Nk + 63) / 64) < (int64_t(1) << 31),
                 ATTENTION, ": problem too large");
     if (!scale) return 1.0 / std::sqrt(double(D));
     check_input(std::isfinite(*scale), ATTENTION, ": scale must be a finite number or None, got ", *scale);
@@ -296,7 +296,7 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
         at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(Tq), int(Tk),
-                                              tk_attention::FWD_BLOCK_Q, tk_attention::BWD_BLOCK_K,
+                                              tk_attention::fwd_block_q(int(D)), tk_attention::bwd_block_k(int(D)),
                                               layout.data_ptr<int>(), stream),
                  "tk_ops.attention_varlen layout");
 
@@ -388,7 +388,7 @@ attention_varlen_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
     const at::Tensor layout =
         at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
     check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(q_in.size(0)),
-                                              int(k_in.size(0)), tk_attention::BWD_ROW_PAD, tk_attention::BWD_BLOCK_K,
+                                              int(k_in.size(0)), tk_attention::BWD_ROW_PAD, tk_attention::bwd_block_k(int(q_in.size(2))),
                                               layout.data_ptr<int>(), at::cuda::getCurrentCUDAStream()),
                  "tk_ops.attention_varlen layout");
     tk_attention::bwd_problem p{};

@@ -2,8 +2,8 @@
 ``torch.nn.functional.scaled_dot_product_attention``.
 
 ``attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0)`` takes (B, H, N, D) tensors
-like SDPA: bf16 or fp16, head dimension 64 or 128, any sequence lengths (ragged tails are masked), different
-query and key lengths, and grouped-query / multi-query attention (K and V with fewer heads).
+like SDPA: bf16 or fp16, head dimension 64, 96, 128 or 256, any sequence lengths (ragged tails are masked),
+different query and key lengths, and grouped-query / multi-query attention (K and V with fewer heads).
 ``attention_with_lse`` also returns the row log-sum-exp.
 
 Causal attention with Nq != Nk is aligned to the bottom-right corner, as in FlashAttention: query i sees

@@ -67,7 +67,7 @@ class Attention(torch.nn.Module):
     One fused projection ``qkv`` (a :class:`Linear`, E -> (H + 2 * Hkv) * D) makes the queries, keys and
     values, :func:`tk_ops.attention` (or :func:`tk_ops.attention_varlen` for packed documents) mixes them and
     ``proj`` (a :class:`Linear`, H * D -> E) projects back; all three run on tk_ops kernels, forward and backward.
-    D = E / H is the head dimension (64 or 128: the ones the build's kernels take,
+    D = E / H is the head dimension (64, 96, 128 or 256: the ones the build's kernels take,
     :func:`tk_ops.attention.head_dims`; checking it loads the extension). ``num_kv_heads`` < ``num_heads`` gives
     grouped-query attention (1: multi-query); query head h uses key/value head h // (H / Hkv). ``causal`` masks
     future positions. The keyword-only options are those of :func:`tk_ops.attention`: ``window=(left, right)``,
@@ -120,7 +120,8 @@ class Attention(torch.nn.Module):
         except (ExtensionNotBuiltError, FamilyNotBuiltError):
             supported = None
         if supported is not None and head_dim not in supported:
-            dims = " or ".join(str(d) for d in supported)
+            *others, last = supported
+            dims = f"{', '.join(map(str, others))} or {last}" if others else str(last)
             raise InputError(f"{name}: the head dimension embed_dim / num_heads = {head_dim} must be "
                              f"{dims}; choose num_heads = " + " or ".join(f"embed_dim / {d}" for d in supported))
         if num_heads % num_kv_heads:

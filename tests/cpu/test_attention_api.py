@@ -39,9 +39,9 @@ def test_rejects_3d(built):
         tk_ops.attention(t(2, 8, 64), t(2, 8, 64), t(2, 8, 64))
 
 
-@pytest.mark.parametrize("d", [32, 96, 256])
+@pytest.mark.parametrize("d", [32, 80, 192, 512])
 def test_rejects_head_dim(d, built):
-    with pytest.raises(InputError, match="head_dim must be 64 or 128"):
+    with pytest.raises(InputError, match="head_dim must be 64, 96, 128 or 256"):
         tk_ops.attention(t(1, 2, 8, d), t(1, 2, 8, d), t(1, 2, 8, d))
 
 
@@ -78,7 +78,7 @@ def test_python_types_the_op_cannot_see():
 
 def test_head_dims_come_from_the_build(built):
     from tk_ops.attention import head_dims
-    assert head_dims() == [64, 128]
+    assert head_dims() == [64, 96, 128, 256]
 
 
 def test_backward_rules(built):
@@ -364,8 +364,8 @@ def test_compiled_backward_traces_with_one_call(built):
 
 @pytest.mark.parametrize("args, match", [
     ((512, 3), "multiple of num_heads"),
-    ((512, 16), "head dimension .* = 32 must be 64 or 128"),
-    ((768, 3), "head dimension .* = 256 must be 64 or 128"),
+    ((512, 16), "head dimension .* = 32 must be 64, 96, 128 or 256"),
+    ((960, 3), "head dimension .* = 320 must be 64, 96, 128 or 256"),
     ((512, 8, 3), "num_heads=8 must be a multiple of num_kv_heads=3"),
     ((512, 0), "num_heads must be a positive int"),
     ((512, 8, 0), "num_kv_heads must be a positive int"),

@@ -91,7 +91,7 @@ template <typename T> T *device_alloc(std::vector<void *> &buffers, size_t count
 }
 
 template <int D, bool CAUSAL> cudaError_t run(int n, int batch, int heads) {
-    using K = attn_bwd<bf16, D, CAUSAL>;
+    using K = attn_bwd<bf16, D, variant{.banded = CAUSAL}>;
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     const size_t elems = size_t(batch) * heads * n * D;
@@ -108,12 +108,14 @@ template <int D, bool CAUSAL> cudaError_t run(int n, int batch, int heads) {
     auto in = [&](const bf16 *t) { return tensor4{t, sb, sh, D}; };
     auto out = [&](void *t) { return out4{t, sb, sh, D}; };
     const float scale = 1.f / std::sqrt(float(D));
-    const fwd_problem f{in(q), in(k), in(v), out(o), lse, counter, batch, heads, heads, n, n, D, CAUSAL, scale, dtype::bf16};
-    if (cudaError_t e = launch_forward<attn_fwd<bf16, D, CAUSAL>>(f, 0); e != cudaSuccess) return e;
+    const band window = CAUSAL ? band{WINDOW_UNLIMITED, 0} : band{};
+    const fwd_problem f{in(q), in(k), in(v), out(o), lse, counter, batch, heads, heads, n, n, D, window, scale, 0.f,
+                        dtype::bf16};
+    if (cudaError_t e = launch_forward<attn_fwd<bf16, D, variant{.banded = CAUSAL}>>(f, 0); e != cudaSuccess) return e;
 
     // The scratch as the binding allocates it, dQ converted in the kernel where the shipped path does.
     bwd_problem p{in(q), in(k), in(v), in(o), in(dout), lse, nullptr, nullptr, nullptr, out(dk), out(dv),
-                  batch, heads, heads, n, n, D, CAUSAL, scale, dtype::bf16};
+                  batch, heads, heads, n, n, D, window, scale, 0.f, dtype::bf16};
     const bwd_scratch_layout scratch = bwd_scratch(p);
     p.lse2 = device_alloc<float>(buffers, scratch.row_floats);
     p.delta = device_alloc<float>(buffers, scratch.row_floats);

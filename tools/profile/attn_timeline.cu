@@ -65,7 +65,7 @@ template <typename K> float time_us(const fwd_problem &p, int reps) {
 }
 
 template <int D, bool CAUSAL> int run(int n, int batch, int heads) {
-    using K = attn_fwd<bf16, D, CAUSAL>;
+    using K = attn_fwd<bf16, D, variant{.banded = CAUSAL}>;
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     const size_t elems = size_t(batch) * heads * n * D;
@@ -84,7 +84,8 @@ template <int D, bool CAUSAL> int run(int n, int batch, int heads) {
     cudaMemset(v, 0x3c, elems * 2);
     const int64_t sh = int64_t(n) * D, sb = sh * heads;
     fwd_problem p{{q, sb, sh, D}, {k, sb, sh, D}, {v, sb, sh, D}, {o, sb, sh, D}, lse, counter,
-                  batch, heads, heads, n, n, D, CAUSAL, 1.f / 11.3137f, dtype::bf16};
+                  batch, heads, heads, n, n, D, CAUSAL ? band{WINDOW_UNLIMITED, 0} : band{}, 1.f / 11.3137f, 0.f,
+                  dtype::bf16};
 
     unsigned long long *stamps;
     const size_t count = size_t(sms) * ROLES * MAX_TASKS * EVENTS;

@@ -16,3 +16,17 @@ def test_shared_tile_roundtrip(tk, dtype, shape):
     tk.run(f"st_layout/{dtype}/{shape[0]}x{shape[1]}", x, out, bad)
     assert bad.item() == 0, "swizzled offsets left the tile"
     assert torch.equal(out, x)
+
+
+# (dtype, rows, cols, block cols), as registered in st_layout.cu
+COL_BLOCKS = [("bf16", 64, 256, 128), ("bf16", 64, 96, 32), ("fp16", 16, 256, 64), ("fp32", 64, 128, 64)]
+
+
+@pytest.mark.parametrize("case", COL_BLOCKS, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}-{c[3]}")
+def test_col_block_views(tk, case):
+    """st::col_block<C>(k) reads the tile's own columns C k .. C k + C - 1."""
+    dtype, rows, cols, block = case
+    x = torch.randn(rows, cols, device="cuda").to(DTYPES[dtype])
+    out = poison(torch.empty_like(x))
+    tk.run(f"st_col_block/{dtype}/{rows}x{cols}/{block}", x, out)
+    assert torch.equal(out, x)

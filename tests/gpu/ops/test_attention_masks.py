@@ -49,7 +49,7 @@ def check_backward(q, k, v, causal, window, softcap, what):
 @pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["nocap", "cap30"])
 @pytest.mark.parametrize("n", [1, 17, 1000, 4097])
 @pytest.mark.parametrize("causal, window", BANDS, ids=BAND_IDS)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_forward_self(d, causal, window, n, softcap):
     b = 2 if n < 4096 else 1
     check_forward(*qkv(b, 4, 2, n, n, d, torch.bfloat16), causal, window, softcap,
@@ -59,7 +59,7 @@ def test_forward_self(d, causal, window, n, softcap):
 @pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["nocap", "cap30"])
 @pytest.mark.parametrize("n", [17, 1000, 4097])
 @pytest.mark.parametrize("causal, window", BANDS, ids=BAND_IDS)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_backward_self(d, causal, window, n, softcap):
     b = 2 if n < 4096 else 1
     check_backward(*qkv(b, 4, 2, n, n, d, torch.bfloat16), causal, window, softcap,
@@ -73,7 +73,7 @@ CROSS = [(300, 777), (777, 300), (1, 4097), (4097, 1)]
 @pytest.mark.parametrize("lens", CROSS, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("causal, window", [(True, (64, -1)), (False, (200, 10)), (False, (-1, 0))],
                          ids=["causal-w64", "full-w200_10", "full-w-1_0"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_cross_lengths(d, causal, window, lens):
     nq, nk = lens
     args = (*qkv(2, 4, 2, nq, nk, d, torch.bfloat16), causal, window, 0.0, f"d={d} {nq}x{nk} window={window}")
@@ -83,7 +83,7 @@ def test_cross_lengths(d, causal, window, lens):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("softcap", [50.0, 30.0, 5.0, 1.0])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_softcap(d, softcap, dtype):
     """Caps from barely active (50) to dominant (1: every score squashed into (-1, 1)), with scores large
     enough that the cap matters (inputs scaled by 3)."""

@@ -52,7 +52,7 @@ DOCS = {
                                      dict(window=(50, 20), softcap=30.0), dict(causal=True, softcap=10.0)],
                          ids=["full", "causal", "causal_w100", "w50_20_cap30", "causal_cap10"])
 @pytest.mark.parametrize("docs", list(DOCS), ids=list(DOCS))
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_packed_documents(d, docs, options):
     lengths = DOCS[docs]
     total = sum(lengths)

@@ -98,6 +98,22 @@ template <typename _T, int _rows, int _cols> struct alignas(1024) st {
     template <int R, int k> __device__ inline const st<T, R, cols> &row_block() const {
         return const_cast<st *>(this)->template row_block<R, k>();
     }
+    // Columns C k .. C k + C - 1 viewed as a tile of their own, C a multiple of the swizzle width: whole column chunks,
+    // stored exactly like an st<T, rows, C> (same swizzle, same chunk size), so the view is any operand of that width,
+    // e.g. one half of a 256-column bf16 tile as the N operand of a 128-wide product. k known only at run time
+    // (0 <= k < cols / C, unchecked).
+    template <int C> using col_block_t = st<T, rows, C>;
+    template <int C> __device__ inline col_block_t<C> &col_block(int k) {
+        static_assert(C > 0 && C % swizzle_elements == 0 && cols % C == 0,
+                      "st::col_block<C>: C must be a multiple of the swizzle width that divides the tile's columns");
+        static_assert(col_block_t<C>::swizzle_bytes == swizzle_bytes && col_block_t<C>::chunk_bytes == chunk_bytes,
+                      "st::col_block<C>: the view must keep the tile's swizzle");
+        static_assert(chunk_bytes % 1024 == 0, "st::col_block<C>: a block must keep the 1 KB alignment of a tile");
+        return *reinterpret_cast<col_block_t<C> *>(reinterpret_cast<char *>(data) + k * (C / swizzle_elements) * chunk_bytes);
+    }
+    template <int C> __device__ inline const col_block_t<C> &col_block(int k) const {
+        return const_cast<st *>(this)->template col_block<C>(k);
+    }
     // The same with k known only at run time (0 <= k < chunks, unchecked).
     __device__ inline chunk_t &chunk(int k) {
         static_assert(chunk_bytes % 1024 == 0, "st::chunk(k): a chunk must keep the 1 KB alignment of a tile");

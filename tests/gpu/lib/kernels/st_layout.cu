@@ -31,6 +31,39 @@ template <typename ST> int run_roundtrip(void **b, const long long *) {
     return 0;
 }
 
+// st::col_block<C>(k) views the tile's own bytes: element (r, c) of block k is the tile's element (r, C k + c). The
+// tile is written through its own accessor and read back through each block's.
+template <typename ST, int C> __global__ void col_blocks(const typename ST::T *in, typename ST::T *out) {
+    extern __shared__ alignment_dummy shm[];
+    shared_allocator al(shm);
+    ST &s = al.allocate<ST>();
+    for (int i = threadIdx.x; i < ST::num_elements; i += blockDim.x) s(i / ST::cols, i % ST::cols) = in[i];
+    __syncthreads();
+    for (int k = 0; k < ST::cols / C; k++) {
+        const auto &block = s.template col_block<C>(k);
+        for (int i = threadIdx.x; i < ST::rows * C; i += blockDim.x) out[(i / C) * ST::cols + k * C + i % C] = block(i / C, i % C);
+    }
+}
+
+template <typename ST, int C> int run_col_blocks(void **b, const long long *) {
+    constexpr int smem = sizeof(ST) + 1024;
+    if (int e = tk_test::launch_status(col_blocks<ST, C>, smem)) return e;
+    col_blocks<ST, C><<<1, 128, smem>>>((const typename ST::T *)b[0], (typename ST::T *)b[1]);
+    return 0;
+}
+
+template <typename T, int R, int C, int B> void add_col_blocks() {
+    tk_test::add(std::string("st_col_block/") + tk_test::dtype_name<T>() + "/" + tk_test::shape(R, C) + "/" + std::to_string(B),
+                 &run_col_blocks<st<T, R, C>, B>);
+}
+
+TK_TEST_REGISTER(st_col_block) {
+    add_col_blocks<bf16, 64, 256, 128>(); // 128 B swizzle: halves of two chunks (attention's backward at D = 256)
+    add_col_blocks<bf16, 64, 96, 32>();   // 64 B swizzle: single chunks
+    add_col_blocks<half, 16, 256, 64>();
+    add_col_blocks<float, 64, 128, 64>(); // 128 B swizzle of 32 floats
+}
+
 TK_TEST_REGISTER(st_layout) {
     tk_test::for_each_type<float, bf16, half>([]<typename T>() {
         auto reg = []<int R, int C>() {

@@ -164,6 +164,8 @@ TK_TEST_REGISTER(tma) {
     add_tile<bf16, 64, 128>();    // 128 B, 2 chunks
     add_tile<bf16, 32, 48>();     // 32 B, 3 chunks
     add_tile<bf16, 256, 64>();    // the tallest box
+    add_tile<bf16, 64, 96>();     // 64 B, 3 chunks (attention at D = 96)
+    add_tile<bf16, 80, 256>();    // 128 B, 4 chunks of 80 rows (attention's D = 256 key tiles)
     add_tile<half, 16, 16>();     // 32 B
     add_tile<half, 32, 96>();     // 64 B, 3 chunks
     add_tile<half, 64, 64>();     // 128 B

@@ -12,6 +12,8 @@ template <typename T> void add_abt() {
     add<T, T, 2, 64, 128, ABt, false>();
     add<T, T, 1, 48, 48, ABt, false>(); // 32 B swizzle, three chunks along K
     add<T, T, 1, 80, 32, ABt, false>(); // 64 B swizzle
+    add<T, T, 1, 64, 96, ABt, false>(); // 64 B swizzle, three chunks along K (attention's scores at D = 96)
+    add<T, T, 1, 80, 256, ABt, false>(); // 80 rows of B, four chunks along K (attention's scores at D = 256)
 }
 
 TK_TEST_REGISTER(wgmma_abt) {

@@ -9,6 +9,7 @@ template <typename T> void add_at() {
     add<T, T, 2, 128, 32, AtB, false>();
     add<T, T, 1, 256, 64, AtB, false>();
     add<T, T, 1, 48, 32, AtB, false>();
+    add<T, T, 1, 96, 64, AtB, false>(); // three 64 B atoms along N (attention's dQ = dS K at D = 96)
     add<T, T, 1, 64, 64, AtBt, false>();
     add<T, T, 2, 128, 64, AtBt, false>();
     add<T, T, 1, 16, 32, AtBt, false>();

@@ -11,6 +11,7 @@ template <typename T> void add_regs() {
     add<T, T, 1, 256, 64, AB, true>();
     add<T, T, 2, 16, 32, AB, true>();
     add<T, T, 1, 96, 48, AB, true>();
+    add<T, T, 1, 256, 80, AB, true>(); // B of 80 rows (attention's O += P V at D = 256)
 }
 
 TK_TEST_REGISTER(wgmma_regs) {
