@@ -1,6 +1,6 @@
 """Attention benchmark: tk_ops.attention against SDPA's FlashAttention and cuDNN backends
-(torch.nn.attention.sdpa_kernel) in bf16, (B, 16, N, D) with B = 16384 / N, D in {64, 128}, causal or
-not. Forward FLOPs = 4 * B * H * N^2 * D (two matrix products), halved when causal.
+(torch.nn.attention.sdpa_kernel) in bf16, (B, 16, N, D) with B = 16384 / N, D in {64, 128} (and 96, 256 from
+N = 2048), causal or not. Forward FLOPs = 4 * B * H * N^2 * D (two matrix products), halved when causal.
 
 --backward times the backward pass only, 2.5x the forward's FLOPs (five matrix products: S again, dP, dV,
 dQ, dK). The forward runs once per input set, untimed; the timed call is then, for tk_ops, the backward op
@@ -106,7 +106,9 @@ def cases(quick: bool = False, backward: bool = False, masks: bool = False) -> l
     if masks:
         return mask_cases(quick, backward)
     lens = QUICK_SEQ_LENS if quick else SEQ_LENS
-    return [attention_case(n, d, causal, backward) for d in (64, 128) for causal in (False, True) for n in lens]
+    # D = 96 and 256 (FlashAttention's and cuDNN's other sizes) from N = 2048 on, where their targets are set.
+    sizes = [(d, n) for d in (64, 96, 128, 256) for n in lens if d in (64, 128) or n >= 2048]
+    return [attention_case(n, d, causal, backward) for d, n in sizes for causal in (False, True)]
 
 
 # ---------------------------------------------------------------- --masks: FlexAttention's cases
