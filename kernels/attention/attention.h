@@ -113,10 +113,8 @@ struct fwd_problem {
     float softcap; // 0: none
     dtype type;
     // Packed documents: batch 1, q_len / kv_len the total rows, lse (q_heads, total rows); the layout prepared.
-    // longest_keys: the caller's max_seqlen_k, a hint that only picks a kernel (the schedule's heuristics).
     bool varlen = false;
     varlen_layout docs{};
-    int longest_keys = 0;
 };
 
 // Launches the forward for a supported head_dim (the caller checked everything else).

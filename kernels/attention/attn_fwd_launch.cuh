@@ -32,8 +32,7 @@ inline int heads_per_group(const fwd_problem &p) {
 // tile, one in every kv_len / KV, then costs what its visible keys need, while the longer kernel costs a little on
 // every other tile: it wins while diagonal tiles are a large share, up to 4096 keys.
 inline bool narrow_causal_tails(const fwd_problem &p) {
-    const int keys = p.varlen ? p.longest_keys : p.kv_len; // packed: the longest document's
-    return p.window.causal() && p.softcap == 0.f && fwd_narrow_tails_fit(p.head_dim) && keys <= 4096;
+    return !p.varlen && p.window.causal() && p.softcap == 0.f && fwd_narrow_tails_fit(p.head_dim) && p.kv_len <= 4096;
 }
 
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
@@ -77,9 +76,8 @@ template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStrea
 // The forward kernel for element type T and head dimension D, by band, softcap and packing.
 template <typename T, int D, bool SOFTCAP, bool VARLEN> cudaError_t forward_variant(const fwd_problem &p, cudaStream_t stream) {
     if (!p.window.limited()) return launch_forward<attn_fwd<T, D, variant{.softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
-    if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP) {
-        if (narrow_causal_tails(p))
-            return launch_forward<attn_fwd<T, D, variant{.banded = true, .narrow_tail = true, .varlen = VARLEN}>>(p, stream);
+    if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP && !VARLEN) {
+        if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, variant{.banded = true, .narrow_tail = true}>>(p, stream);
     }
     if (p.window.left < WINDOW_UNLIMITED)
         return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);

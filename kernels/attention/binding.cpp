@@ -307,7 +307,6 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
     p.lse = lse.data_ptr<float>();
     p.varlen = true;
     p.docs = tk_attention::varlen_layout_at(layout.data_ptr<int>(), docs);
-    p.longest_keys = int(std::min<int64_t>(max_seqlen_k, Tk));
     const at::Tensor counter = task_counter(q_in.device());
     p.task_counter = counter.data_ptr<int>();
     check_launch(tk_attention::forward(p, stream), "tk_ops.attention_varlen kernel");

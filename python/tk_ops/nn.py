@@ -93,10 +93,10 @@ class Attention(torch.nn.Module):
     or (1, total_tokens, E), and y has x's shape. Rows cu_seqlens[i] .. cu_seqlens[i + 1] are document i, which
     attends only within itself: y is the module applied to each document on its own (its causal mask and window
     measured inside it), concatenated, and no work is spent across documents. Rows past the last offset see no
-    key (their attention output is 0, so y there is ``proj``'s bias, or 0). ``max_seqlen``, a Python int, is the
-    longest document's length or any bound above it: a hint with which the kernels pick a schedule, the results do
-    not depend on it. None passes the number of tokens, a bound that always holds; the module never computes the
-    exact value itself, since reading cu_seqlens on the host would wait for the GPU.
+    key (their attention output is 0, so y there is ``proj``'s bias, or 0). ``max_seqlen``, a Python int (the
+    longest document's length, as flash-attn takes it), is accepted for compatibility: the kernels do not need it
+    and the results do not depend on it. None passes the number of tokens; the module never computes the exact
+    value itself, since reading cu_seqlens on the host would wait for the GPU.
 
     Parameters are bfloat16 by default (the projections compute in bfloat16).
     """
