@@ -109,6 +109,38 @@ void backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &
                 lse.sym_sizes());
 }
 
+// Offsets in host memory: 0 first, never decreasing, the last within the packed rows. (Not for tensor subclasses such
+// as torch.compile's fake tensors, which have no values to read.)
+void host_offsets_rules(const at::Tensor &cu, const char *name, const c10::SymInt &rows) {
+    if (!cu.device().is_cpu() || cu.key_set().has(c10::DispatchKey::Python) || cu.scalar_type() != at::kInt ||
+        cu.dim() != 1 || cu.size(0) < 1)
+        return;
+    const at::Tensor c = cu.contiguous();
+    const int *x = c.data_ptr<int>();
+    check_input(x[0] == 0, VARLEN, ": ", name, " must start at 0, got ", x[0]);
+    for (int64_t i = 1; i < c.size(0); i++)
+        check_input(x[i] >= x[i - 1], VARLEN, ": ", name, " must not decrease (document lengths >= 0), got ", x[i - 1],
+                    " then ", x[i], " at index ", i);
+    check_input(rows >= x[c.size(0) - 1], VARLEN, ": ", name, " ends at ", x[c.size(0) - 1],
+                ", past the packed tensor's ", rows, " rows");
+}
+
+// Offsets live on q's GPU or in host memory (checked there, then copied).
+void check_offsets_device(const at::Tensor &cu, const char *name, const at::Tensor &q) {
+    check_input(cu.device().is_cpu() || cu.device() == q.device(), VARLEN, ": ", name, " must be on q's device (",
+                q.device(), ") or in host memory, got ", cu.device());
+}
+
+// The offsets where the kernels read them: host offsets (checked by the rules) copied to the GPU, which CUDA graph
+// capture cannot record; GPU offsets as they are.
+at::Tensor device_offsets(const at::Tensor &cu, const char *name, const at::Device &device) {
+    if (cu.is_cuda()) return cu.contiguous();
+    check_input(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None, VARLEN, ": ", name,
+                " is in host memory, which a CUDA graph cannot copy from during capture; pass it on the GPU");
+    // Through pinned memory the copy is queued on the stream without waiting for the GPU's earlier work.
+    return cu.contiguous().pin_memory().to(device, /*non_blocking=*/true);
+}
+
 // Packed documents: q (total_q, Hq, D), k and v (total_k, Hk, D) like flash_attn_varlen_func's, cu_seqlens_q and
 // cu_seqlens_k int32 (docs + 1) offsets; returns the softmax scale. The offsets' values stay on the device: the kernels
 // clamp them (attention.h's varlen_layout), so no value can reach outside the tensors.
@@ -143,6 +175,10 @@ double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &
                 cu_k.sym_size(0), " offsets");
     check_input(max_seqlen_q >= 0 && max_seqlen_k >= 0, VARLEN, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
                 max_seqlen_q, " and ", max_seqlen_k);
+    // Offsets in host memory cost nothing to read: their values are checked here (the kernels then get a copy).
+    // Offsets on the GPU are not read (that would wait for it); the kernels clamp them into the tensors.
+    host_offsets_rules(cu_q, "cu_seqlens_q", q.sym_size(0));
+    host_offsets_rules(cu_k, "cu_seqlens_k", k.sym_size(0));
     check_input(q.sym_size(0) < tk_attention::MAX_SEQ_LEN && k.sym_size(0) < tk_attention::MAX_SEQ_LEN &&
                     cu_q.sym_size(0) < (int64_t(1) << 24) && Hq < (int64_t(1) << 16),
                 VARLEN, ": problem too large");
@@ -268,7 +304,9 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
                                                              int64_t window_right, double softcap) {
     double scale = varlen_rules(q_in, k_in, v_in, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale_in);
     const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
-    check_devices(VARLEN, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+    check_devices(VARLEN, {{"q", q_in}, {"k", k_in}, {"v", v_in}});
+    check_offsets_device(cu_q, "cu_seqlens_q", q_in);
+    check_offsets_device(cu_k, "cu_seqlens_k", q_in);
     const int64_t Tq = q_in.size(0), Hq = q_in.size(1), D = q_in.size(2), Tk = k_in.size(0);
     const int docs = int(cu_q.size(0) - 1);
 
@@ -291,7 +329,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
     }
     const at::Tensor q = tma_readable_copy(packed_view(q_pos)), k = tma_readable_copy(packed_view(k_in)),
                      v = tma_readable_copy(packed_view(v_in));
-    const at::Tensor cu_qc = cu_q.contiguous(), cu_kc = cu_k.contiguous();
+    const at::Tensor cu_qc = device_offsets(cu_q, "cu_seqlens_q", q_in.device()),
+                     cu_kc = device_offsets(cu_k, "cu_seqlens_k", q_in.device());
     const at::Tensor layout =
         at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -376,14 +415,17 @@ attention_varlen_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
     const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
     varlen_backward_rules(q_in, o_in, dout_in, lse_in);
     check_devices(VARLEN_BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"dout", dout_in},
-                                    {"lse", lse_in}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+                                    {"lse", lse_in}});
+    check_offsets_device(cu_q, "cu_seqlens_q", q_in);
+    check_offsets_device(cu_k, "cu_seqlens_k", q_in);
     const c10::cuda::CUDAGuard guard(q_in.device());
     at::Tensor dq = at::empty_like(q_in, at::MemoryFormat::Contiguous);
     at::Tensor dk = at::empty_like(k_in, at::MemoryFormat::Contiguous);
     at::Tensor dv = at::empty_like(v_in, at::MemoryFormat::Contiguous);
     if (q_in.numel() == 0 || k_in.numel() == 0) return {dq.zero_(), dk.zero_(), dv.zero_()};
     const int docs = int(cu_q.size(0) - 1);
-    const at::Tensor cu_qc = cu_q.contiguous(), cu_kc = cu_k.contiguous();
+    const at::Tensor cu_qc = device_offsets(cu_q, "cu_seqlens_q", q_in.device()),
+                     cu_kc = device_offsets(cu_k, "cu_seqlens_k", q_in.device());
     const at::Tensor layout =
         at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
     check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(q_in.size(0)),
@@ -475,7 +517,7 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cpu(const at::Tensor &q,
                                                             int64_t window_right, double softcap) {
     varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
     band_rules(causal, window_left, window_right, softcap);
-    reject_cpu(VARLEN, {{"q", q}, {"k", k}, {"v", v}, {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+    reject_cpu(VARLEN, {{"q", q}, {"k", k}, {"v", v}});
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor>
@@ -486,8 +528,7 @@ attention_varlen_bwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Ten
     varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
     band_rules(causal, window_left, window_right, softcap);
     varlen_backward_rules(q, o, dout, lse);
-    reject_cpu(VARLEN_BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse},
-                                 {"cu_seqlens_q", cu_q}, {"cu_seqlens_k", cu_k}});
+    reject_cpu(VARLEN_BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse}});
 }
 
 // The head dimensions this build's kernels take, for modules that check their configuration when built.

@@ -593,3 +593,16 @@ def test_varlen_backward_rules(built):
         bwd(q, kv, kv, q, t(29, 4, 64, device="meta"), t(4, 30, device="meta", dtype=torch.float32), off, off, 10, 20)
     dq, dk, dv = bwd(q, kv, kv, q, q, t(4, 30, device="meta", dtype=torch.float32), off, off, 10, 20)
     assert dq.shape == q.shape and dk.shape == kv.shape
+
+
+@pytest.mark.parametrize("offsets, message", [((1, 10, 30), "cu_seqlens_q must start at 0, got 1"),
+                                              ((0, 20, 10, 30), "must not decrease .* got 20 then 10 at index 2"),
+                                              ((0, 10, 31), "cu_seqlens_q ends at 31, past the packed tensor's 30 rows")])
+def test_varlen_host_offsets_are_checked(offsets, message, built):
+    q, kv = t(30, 4, 64), t(30, 2, 64)
+    good = _offsets(*([0] * (len(offsets) - 1)), 30)
+    with pytest.raises(InputError, match=message):
+        tk_ops.attention_varlen(q, kv, kv, _offsets(*offsets), good, 20, 20)
+    # offsets in host memory that pass reach the device rule (the tensors here are CPU ones)
+    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors"):
+        tk_ops.attention_varlen(q, kv, kv, good, good, 20, 20)

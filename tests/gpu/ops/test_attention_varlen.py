@@ -88,6 +88,22 @@ def test_offsets_out_of_order_stay_inside_the_tensors():
     assert rel_err(out, ref) <= TOL[torch.bfloat16]
 
 
+def test_offsets_in_host_memory():
+    """Host offsets are checked on the host and copied: the same result as GPU offsets, forward and backward; bad
+    ones are refused with the offending index; GPU offsets on another device are refused."""
+    q, k, v = (packed(900, 2, 64, torch.bfloat16).requires_grad_() for _ in range(3))
+    gpu = cu([300, 0, 600])
+    host = gpu.cpu()
+    out_gpu = tk_ops.attention_varlen(q, k, v, gpu, gpu, 600, 600, causal=True)
+    out_host = tk_ops.attention_varlen(q, k, v, host, host, 600, 600, causal=True)
+    assert torch.equal(out_gpu, out_host)
+    dout = torch.randn_like(out_gpu)
+    for a, b in zip(torch.autograd.grad(out_gpu, (q, k, v), dout), torch.autograd.grad(out_host, (q, k, v), dout)):
+        assert torch.equal(a, b)
+    with pytest.raises(tk_ops.errors.InputError, match="must not decrease"):
+        tk_ops.attention_varlen(q, k, v, torch.tensor([0, 600, 300, 900], dtype=torch.int32), gpu, 600, 600)
+
+
 def test_matches_dense_attention_on_equal_lengths():
     """Documents of one length are a dense batch: the packed op and tk_ops.attention agree to rounding."""
     b, n, h, d = 3, 1000, 4, 128
