@@ -28,10 +28,12 @@
 //
 // D = 256 (attn_configs.h's split_head_dims): dK and dV of 64 keys would take 2 x 128 fp32 registers per thread,
 // so a task is 64 keys and both consumers work on all of them, consumer e accumulating columns 128 e .. 128 e + 127
-// of dK and dV. Both compute the same S^T, dP^T, P^T and dS^T (S^T and dP^T twice: 7 products of 64 x 64 x 256 per
-// step instead of 5), which keeps the consumers independent: each writes its own copy of dS^T and adds its columns
-// of dQ = dS K at once, through one staging tile of its own (shared memory has no room for more). The other
-// designs, and why they do not fit, are in docs/attention.md.
+// of dK, dV and dQ. S^T and dP^T are split by query halves instead: consumer e computes the 32 query columns
+// 32 e .. of both, forms its half of P^T and dS^T, and writes it into two exchange tiles in shared memory; after a
+// barrier of both consumers each runs its columns of dV += P^T dO, dK += dS^T Q and dQ = dS K over all 64 queries
+// from those tiles (5 products of 64 x 64 x 256 per step; split_step has the synchronisation). dQ is added at once,
+// through one staging tile per consumer (shared memory has no room for more). The other designs, and why they were
+// not taken, are in docs/attention.md.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
 // past kv_len (zero-filled by TMA) and, for banded attention (causal, sliding windows: attention.h's band), keys
@@ -55,7 +57,8 @@ template <typename T, int D, variant V> struct attn_bwd {
     static constexpr int NUM_CONSUMERS = bwd_config::CONSUMERS;
     static constexpr int KEYS = 64; // per consumer: one wgmma row slab
     // SPLIT_HEAD_DIMS (D = 256): both consumers work on the task's one slab of 64 keys, consumer e on columns
-    // e * OUT_COLS .. of dK, dV and dQ (see split_dq_step). Otherwise each consumer owns a slab of its own.
+    // e * OUT_COLS .. of dK, dV and dQ and on query half e of S^T and dP^T (see split_step). Otherwise each consumer
+    // owns a slab of its own.
     static constexpr bool SPLIT_HEAD_DIMS = CONFIG.split_head_dims;
     static constexpr int KV_TILES = SPLIT_HEAD_DIMS ? 1 : NUM_CONSUMERS; // key slabs per task
     static constexpr int BLOCK_K = KEYS * KV_TILES;
@@ -74,7 +77,9 @@ template <typename T, int D, variant V> struct attn_bwd {
     // (faster than running it at once, given each consumer's own staging tiles: docs/attention.md).
     static constexpr int CONSUMERS_BARRIER = 5, DS_READY = 6;
     // ds_free[p] (an mbarrier: its last arrival may have no waiter) completes once per step of parity p, when that
-    // step's dQ product has read both consumers' dS^T: the non-owner waits on it before reusing its ds tile.
+    // step's dQ product has read both consumers' dS^T: the non-owner waits on it before reusing its ds tile. With
+    // split head dimensions ds_free[e] completes once per step, when consumer e's products have read the exchange
+    // tiles (split_step).
 
     using q_tile = st<T, BLOCK_Q, D>;   // Q and dO
     using kv_tile = st<T, KEYS, D>;     // one key slab's K or V rows
@@ -127,8 +132,9 @@ template <typename T, int D, variant V> struct attn_bwd {
         q_tile q, dout;
         row_vec lse2, delta;
     };
-    // With split head dimensions one slab of K and V serves both consumers, each reads only its own dS^T, and one
-    // staging tile per consumer is what shared memory has room for.
+    // With split head dimensions one slab of K and V serves both consumers, the two ds tiles of slot 0 are the step's
+    // P^T and dS^T that both consumers fill and read (p_exchange, ds_exchange), and one staging tile per consumer is
+    // what shared memory has room for.
     static constexpr int DS_SLOTS = SPLIT_HEAD_DIMS ? 1 : 2, DQ_STAGING = SPLIT_HEAD_DIMS ? 1 : DQ_PIECES;
     struct output_block {
         kv_tile k[KV_TILES], v[KV_TILES];
@@ -272,15 +278,16 @@ template <typename T, int D, variant V> struct attn_bwd {
         c.state.tasks++;
     }
 
-    // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x BLOCK_Q queries, from S^T and dP^T,
-    // straight to the 16-bit operands of dV += P^T dO and dK += dS^T Q. `key0` is the key of the warp's first row,
-    // `q0` the query of column 0. With MASK, keys past kv_len (zero rows TMA filled in) and keys outside a query's
-    // band get P = 0.
-    template <bool MASK>
-    __device__ static inline void gradients(const globals &g, const task &t, const input_block &in, const rt_fl<16, BLOCK_Q> &s,
-                                            const rt_fl<16, BLOCK_Q> &dp, rt<T, 16, BLOCK_Q> &p_out,
-                                            rt<T, 16, BLOCK_Q> &ds_out, int key0, int q0) {
-        using T2 = typename rt<T, 16, BLOCK_Q>::T2;
+    // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x W queries, from S^T and dP^T, straight to
+    // the 16-bit operands of dV += P^T dO and dK += dS^T Q. `key0` is the key of the warp's first row, `q0` the query
+    // of column 0, `col0` its row in the tile's LSE and delta (W = BLOCK_Q and col0 = 0, except for a consumer's
+    // query half with split head dimensions). With MASK, keys past kv_len (zero rows TMA filled in) and keys outside a
+    // query's band get P = 0.
+    template <bool MASK, int W>
+    __device__ static inline void gradients(const globals &g, const task &t, const input_block &in, const rt_fl<16, W> &s,
+                                            const rt_fl<16, W> &dp, rt<T, 16, W> &p_out, rt<T, 16, W> &ds_out, int key0,
+                                            int q0, int col0) {
+        using T2 = typename rt<T, 16, W>::T2;
         // Per key (this lane's two rows, by pair_pos::half): the query columns that see it; none past kv_len.
         index_range seen_by[2];
         if constexpr (MASK) {
@@ -296,8 +303,8 @@ template <typename T, int D, variant V> struct attn_bwd {
         }
         for_each_pair(
             [&](pair_pos at, const float2 &sv, const float2 &dpv, T2 &p16, T2 &ds16) {
-                const float2 lse = *reinterpret_cast<const float2 *>(&in.lse2.data[at.col]);
-                const float2 delta = *reinterpret_cast<const float2 *>(&in.delta.data[at.col]);
+                const float2 lse = *reinterpret_cast<const float2 *>(&in.lse2.data[col0 + at.col]);
+                const float2 delta = *reinterpret_cast<const float2 *>(&in.delta.data[col0 + at.col]);
                 float2 x = sv; // the scores as the softmax saw them (up to its scale)
                 if constexpr (V.softcap) x = {fast_tanh(sv.x * g.inv_cap), fast_tanh(sv.y * g.inv_cap)};
                 float2 p = {fast_exp2(fmaf(x.x, g.scale_log2, -lse.x)), fast_exp2(fmaf(x.y, g.scale_log2, -lse.y))};
@@ -345,29 +352,29 @@ template <typename T, int D, variant V> struct attn_bwd {
     // The wgmma groups of one step, in issue order: S and dP | dV, dK | (owner) dQ. dV and dK are queued before
     // dS^T goes to shared memory. (Variants that issued dV before computing dS, or dK later, measured slower.)
     __device__ static inline void compute(lcsf::consumer_args<attn_bwd> &c) {
-        const int e = c.consumer, step = c.state.steps, parity = step & 1;
-        c.state.steps++;
-        int h, qt;
-        tile_of(c.g, c.task, c.iter, h, qt);
-
-        rt_fl<16, BLOCK_Q> s, dp;
-        warpgroup::mm_ABt(s, c.output.k[slab_of(e)], c.input.q);
-        warpgroup::mm_ABt(dp, c.output.v[slab_of(e)], c.input.dout);
-        warpgroup::mma_async_wait(s, dp);
-
-        const int key0 = c.task.k_block * BLOCK_K + slab_of(e) * KEYS;
-        const int q0 = qt * BLOCK_Q;
-        const bool ragged = key0 + KEYS > c.task.kv_len;
-        const bool edge = V.banded && tile_needs_mask(q0, q0 + BLOCK_Q - 1, key0, key0 + KEYS - 1, c.task.q_len, c.task.kv_len, c.g.window);
-        rt<T, 16, BLOCK_Q> p, ds;
-        const int warp_key0 = key0 + warpgroup::warp_row0();
-        if (ragged || edge) gradients<true>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0);
-        else gradients<false>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0);
-        warpgroup::mma_AB(c.state.dv, p, own_cols(c.input.dout, e));
-        warpgroup::mma_AB(c.state.dk, ds, own_cols(c.input.q, e));
         if constexpr (SPLIT_HEAD_DIMS) {
-            split_dq_step(c, ds, h, qt);
+            split_step(c);
         } else {
+            const int e = c.consumer, step = c.state.steps, parity = step & 1;
+            c.state.steps++;
+            int h, qt;
+            tile_of(c.g, c.task, c.iter, h, qt);
+
+            rt_fl<16, BLOCK_Q> s, dp;
+            warpgroup::mm_ABt(s, c.output.k[slab_of(e)], c.input.q);
+            warpgroup::mm_ABt(dp, c.output.v[slab_of(e)], c.input.dout);
+            warpgroup::mma_async_wait(s, dp);
+
+            const int key0 = c.task.k_block * BLOCK_K + slab_of(e) * KEYS;
+            const int q0 = qt * BLOCK_Q;
+            const bool ragged = key0 + KEYS > c.task.kv_len;
+            const bool edge = V.banded && tile_needs_mask(q0, q0 + BLOCK_Q - 1, key0, key0 + KEYS - 1, c.task.q_len, c.task.kv_len, c.g.window);
+            rt<T, 16, BLOCK_Q> p, ds;
+            const int warp_key0 = key0 + warpgroup::warp_row0();
+            if (ragged || edge) gradients<true>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0, 0);
+            else gradients<false>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0, 0);
+            warpgroup::mma_AB(c.state.dv, p, c.input.dout);
+            warpgroup::mma_AB(c.state.dk, ds, c.input.q);
             // ds[parity][e] was last read by dQ(step - 2): this consumer's own product (program order) or the other's.
             if (step >= 2 && parity != e) wait(semaphores().ds_free[parity], ((step - 2) >> 1) & 1);
             warpgroup::store(c.output.ds[parity][e], ds);
@@ -381,20 +388,70 @@ template <typename T, int D, variant V> struct attn_bwd {
         }
     }
 
-    // Split head dimensions: this consumer's columns of the step's dQ = dS K (from its own copy of dS^T, which both
-    // consumers computed alike), added through its one staging tile a piece at a time. Nothing waits for the other
-    // consumer.
-    __device__ static inline void split_dq_step(lcsf::consumer_args<attn_bwd> &c, const rt<T, 16, BLOCK_Q> &ds, int h,
-                                                int qt) {
-        const int e = c.consumer;
-        ds_tile &mine = c.output.ds[0][e]; // last read by this consumer's previous dQ product, long complete
-        warpgroup::store(mine, ds);
-        tma::store_fence(); // dS^T is read by wgmma (async proxy) after the barrier
-        warpgroup::mma_async_wait(c.state.dk, c.state.dv);
-        warpgroup::sync(e + 1);
+    // Split head dimensions (D = 256), one step. Consumer e computes S^T and dP^T of the tile's query half e (all 64
+    // keys x queries Q_HALF e ..), turns them into its half of P^T and dS^T, and writes the halves into the exchange
+    // tiles; once both halves are there (the EXCHANGE barrier), each runs its columns of dQ = dS K, dV += P^T dO and
+    // dK += dS^T Q over all BLOCK_Q queries, reading P^T and dS^T from those tiles. Per step the block then runs 5
+    // products of 64 x 64 x 256 (S^T and dP^T once, dV, dK and dQ), where computing S^T and dP^T in both consumers
+    // took 7.
+    //
+    // Synchronisation, per step t (both consumers run the same steps: the same tasks, the same iterations):
+    //  * exchange tiles, write after read: consumer e overwrites its halves at step t only once both consumers' step
+    //    t - 1 products have read them: its own by program order (it waited for them in step t - 1), the other's
+    //    through ds_free[other], an mbarrier that completes once per step after all four of the other's warps have
+    //    waited for their products. The other arrives at step t - 1 only after passing EXCHANGE(t - 1), which needed
+    //    this consumer there, so it can never be two phases ahead of the parity waited on.
+    //  * exchange tiles, read after write: each consumer's stores, then fence.proxy.async (generic stores, read by
+    //    wgmma), then EXCHANGE, a barrier of both warpgroups; the products are issued after it.
+    //  * the ring stage: every product that reads Q or dO has completed before compute returns (LCSF then releases
+    //    the stage), and so has every read of the exchange tiles.
+    // EXCHANGE is reached from this one place by both consumers, yet through barrier.sync (not the aligned bar.sync),
+    // which stays correct should the compiler specialise the code per consumer.
+    static constexpr int Q_HALF = BLOCK_Q / NUM_CONSUMERS; // query columns of S^T and dP^T per consumer
+    static constexpr int EXCHANGE = 8;                      // named barrier id (see CONSUMERS_BARRIER, DS_READY)
+    __device__ static inline void split_step(lcsf::consumer_args<attn_bwd> &c) {
+        const int e = c.consumer, step = c.state.steps;
+        c.state.steps++;
+        int h, qt;
+        tile_of(c.g, c.task, c.iter, h, qt);
+        kv_tile &k = c.output.k[0], &v = c.output.v[0];
+        q_tile &q = c.input.q, &dout = c.input.dout;
+
+        // S^T = K Q_e^T and dP^T = V dO_e^T, one swizzle chunk of D at a time: the half's rows are contiguous inside
+        // a chunk (row_block), not across the tile's chunks. N = Q_HALF per product.
+        rt_fl<16, Q_HALF> s, dp;
+        warpgroup::mm_ABt(s, k.chunk(0), q.chunk(0).template row_block<Q_HALF>(e));
+#pragma unroll
+        for (int j = 1; j < q_tile::chunks; j++)
+            warpgroup::mma_ABt(s, k.chunk(j), q.chunk(j).template row_block<Q_HALF>(e), wgmma::chained);
+        warpgroup::mm_ABt(dp, v.chunk(0), dout.chunk(0).template row_block<Q_HALF>(e));
+#pragma unroll
+        for (int j = 1; j < q_tile::chunks; j++)
+            warpgroup::mma_ABt(dp, v.chunk(j), dout.chunk(j).template row_block<Q_HALF>(e), wgmma::chained);
+        warpgroup::mma_async_wait(s, dp);
+
+        const int key0 = c.task.k_block * BLOCK_K;
+        const int q0 = qt * BLOCK_Q + e * Q_HALF; // the half's first query
+        const bool ragged = key0 + KEYS > c.task.kv_len;
+        const bool edge = V.banded && tile_needs_mask(q0, q0 + Q_HALF - 1, key0, key0 + KEYS - 1, c.task.q_len, c.task.kv_len, c.g.window);
+        rt<T, 16, Q_HALF> p, ds;
+        const int warp_key0 = key0 + warpgroup::warp_row0();
+        if (ragged || edge) gradients<true>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0, e * Q_HALF);
+        else gradients<false>(c.g, c.task, c.input, s, dp, p, ds, warp_key0, q0, e * Q_HALF);
+
+        ds_tile &pt = p_exchange(c), &dst = ds_exchange(c);
+        if (step > 0) wait(semaphores().ds_free[e ^ 1], (step - 1) & 1); // the other's step t - 1 products are done
+        kittens::store(pt, p, warpgroup::warp_row0(), e * Q_HALF);
+        kittens::store(dst, ds, warpgroup::warp_row0(), e * Q_HALF);
+        async_proxy_fence(); // the stores before the barrier, read by wgmma (async proxy) after it
+        named_barrier_sync<2 * WARPGROUP_THREADS>(EXCHANGE);
+
+        // dQ first, so that it completes first: its pieces are staged while dV and dK still run.
         dq_acc dq;
-        warpgroup::mm_AtB(dq, mine, own_cols(c.output.k[0], e));
-        warpgroup::mma_async_wait(dq);
+        warpgroup::mm_AtB(dq, dst, own_cols(k, e));
+        warpgroup::mma_AB(c.state.dv, pt, own_cols(dout, e));
+        warpgroup::mma_AB(c.state.dk, dst, own_cols(q, e));
+        warpgroup::mma_async_wait<2>(dq);
         dq_piece &staging = c.output.dq[e][0];
 #pragma unroll
         for (int j = 0; j < DQ_PIECES; j++) {
@@ -411,7 +468,13 @@ template <typename T, int D, variant V> struct attn_bwd {
                 tma::store_commit_group();
             }
         }
+        warpgroup::mma_async_wait(c.state.dk, c.state.dv);
+        if (laneid() == 0) arrive(semaphores().ds_free[e]); // this warp's reads of the exchange tiles are done
     }
+    // The exchange tiles of split head dimensions: P^T and dS^T of the step (keys x BLOCK_Q queries), consumer e
+    // writing columns Q_HALF e .. of each. They take the place of the other head dimensions' per-consumer dS^T tiles.
+    __device__ static inline ds_tile &p_exchange(lcsf::consumer_args<attn_bwd> &c) { return c.output.ds[0][0]; }
+    __device__ static inline ds_tile &ds_exchange(lcsf::consumer_args<attn_bwd> &c) { return c.output.ds[0][1]; }
 
     // dQ of the task's step `step` (query tile qt of head h), from both consumers' dS^T of it. Its owner waits for
     // the other's dS^T (DS_READY + p pairs the other's arrival at the step with this sync), computes the product,

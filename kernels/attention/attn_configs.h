@@ -54,7 +54,8 @@ constexpr fwd_config fwd_config_for(int head_dim) {
 
 struct bwd_config {
     // false: each consumer owns 64 keys of the task with their whole dK and dV rows. true: both consumers work on the
-    // same 64 keys, consumer e on head-dimension columns [e D / 2, (e + 1) D / 2) of dK, dV and dQ.
+    // same 64 keys, consumer e on head-dimension columns [e D / 2, (e + 1) D / 2) of dK, dV and dQ and on query
+    // columns [e block_q / 2, (e + 1) block_q / 2) of S^T and dP^T, exchanging P^T and dS^T through shared memory.
     bool split_head_dims = false;
     int block_q = 0; // query rows per step
     int stages = 0;  // (Q, dO, LSE, delta) ring stages
@@ -86,7 +87,8 @@ constexpr bwd_config bwd_config_for(int head_dim) {
         return {.block_q = 64, .stages = 2, .producer_registers = 24, .consumer_registers = 240, .dq_piece_cols = 64,
                 .converts_dq = true};
     // D = 256: dK and dV of 64 keys would take 2 x 128 registers per thread, hence the split head dimensions. Two
-    // stages (2 x 65 KB), K and V (64 KB), a dS^T tile (8 KB) and an 8 KB staging tile per consumer fill 227 KB.
+    // stages (2 x 65 KB), K and V (64 KB), the P^T and dS^T exchange tiles (2 x 8 KB) and an 8 KB staging tile per
+    // consumer fill 227 KB.
     case 256:
         return {.split_head_dims = true, .block_q = 64, .stages = 2, .producer_registers = 24, .consumer_registers = 240,
                 .dq_piece_cols = 32};

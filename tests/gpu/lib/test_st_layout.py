@@ -30,3 +30,17 @@ def test_col_block_views(tk, case):
     out = poison(torch.empty_like(x))
     tk.run(f"st_col_block/{dtype}/{rows}x{cols}/{block}", x, out)
     assert torch.equal(out, x)
+
+
+# (dtype, rows, cols, block rows), as registered in st_layout.cu
+ROW_BLOCKS = [("bf16", 64, 256, 32), ("bf16", 64, 64, 16), ("fp16", 128, 96, 64), ("fp32", 64, 64, 32)]
+
+
+@pytest.mark.parametrize("case", ROW_BLOCKS, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}-{c[3]}")
+def test_row_block_views(tk, case):
+    """st::chunk(j).row_block<R>(k) reads the tile's own rows R k .. R k + R - 1 of column chunk j."""
+    dtype, rows, cols, block = case
+    x = torch.randn(rows, cols, device="cuda").to(DTYPES[dtype])
+    out = poison(torch.empty_like(x))
+    tk.run(f"st_row_block/{dtype}/{rows}x{cols}/{block}", x, out)
+    assert torch.equal(out, x)

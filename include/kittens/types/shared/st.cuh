@@ -98,6 +98,18 @@ template <typename _T, int _rows, int _cols> struct alignas(1024) st {
     template <int R, int k> __device__ inline const st<T, R, cols> &row_block() const {
         return const_cast<st *>(this)->template row_block<R, k>();
     }
+    // The same with k known only at run time (0 <= k < rows / R, unchecked): e.g. one consumer's half of the rows of a
+    // column chunk, as the N operand of a product that each consumer runs on its own rows. With chunk(j) it reaches
+    // rows R k .. of column chunk j of a tile of several chunks, whose rows are not contiguous as a whole.
+    template <int R> __device__ inline st<T, R, cols> &row_block(int k) {
+        static_assert(chunks == 1, "st::row_block<R>(k): only a tile one swizzle chunk wide stores its rows contiguously");
+        static_assert(R > 0 && rows % R == 0, "st::row_block<R>(k): R must divide the tile's rows");
+        static_assert((R * swizzle_bytes) % 1024 == 0, "st::row_block<R>(k): a block must keep the 1 KB alignment of a tile");
+        return *reinterpret_cast<st<T, R, cols> *>(reinterpret_cast<char *>(data) + k * R * swizzle_bytes);
+    }
+    template <int R> __device__ inline const st<T, R, cols> &row_block(int k) const {
+        return const_cast<st *>(this)->template row_block<R>(k);
+    }
     // Columns C k .. C k + C - 1 viewed as a tile of their own, C a multiple of the swizzle width: whole column chunks,
     // stored exactly like an st<T, rows, C> (same swizzle, same chunk size), so the view is any operand of that width,
     // e.g. one half of a 256-column bf16 tile as the N operand of a 128-wide product. k known only at run time
