@@ -122,7 +122,8 @@ cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
 // The forward for one head dimension D (defined in attn_fwd_launch.cuh, instantiated in attn_fwd_d<D>.cu).
 template <int D> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream);
 
-// Row tiles of the backward's per-query-row buffers: lse2 and delta are (batch, q_heads, padded_q_len(q_len)).
+// Row tiles of the backward's per-query-row buffers: lse2 and delta are (batch, q_heads, bwd_scratch().rows), each
+// sequence (packed: each document) padded to whole tiles.
 constexpr int BWD_ROW_PAD = 128;
 inline int padded_q_len(int q_len) { return (q_len + BWD_ROW_PAD - 1) / BWD_ROW_PAD * BWD_ROW_PAD; }
 
@@ -185,7 +186,8 @@ struct bwd_scratch_layout {
     int64_t done, next_item, converted; // int offsets: counts [batch * kv_heads], one int, flags [convert_items]
     int64_t ints;            // the int scratch in all
 };
-inline bwd_scratch_layout bwd_scratch(int batch, int q_heads, int kv_heads, int q_len, int head_dim, int documents = 0) {
+inline bwd_scratch_layout bwd_scratch(int batch, int q_heads, int kv_heads, int q_len, int head_dim,
+                                      int documents = 0) {
     bwd_scratch_layout s{};
     s.rows = padded_q_len(q_len) + documents * BWD_ROW_PAD;
     s.row_floats = int64_t(batch) * q_heads * s.rows;

@@ -2,7 +2,7 @@
 // those built).
 //
 // Given Q, K, V, dO, the forward's LSE and delta = rowsum(dO * O) (both prepared per query row by
-// attn_bwd_prep.cuh), with P = softmax(scale Q K^T):
+// attn_bwd_prep.cu), with P = softmax(scale Q K^T):
 //   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - delta) * scale,   dK = dS^T Q,   dQ = dS K.
 // The kernel leaves `scale` out of dS (one multiply less per element) and applies it once: to dK at the end of a
 // task, and to dQ in the conversion of its accumulator.
@@ -36,9 +36,9 @@
 // not taken, are in docs/attention.md.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
-// past kv_len (zero-filled by TMA) and, for banded attention (causal, sliding windows: attention.h's band), keys
-// outside a row's band get P = 0 on the tiles where that can happen, and a task walks only the query tiles that
-// see its keys. With a softcap, P comes from the capped scores and dS picks up the cap's derivative:
+// past kv_len (zero-filled by TMA; packed documents: the next document's rows) and, for banded attention (causal,
+// sliding windows: attention.h's band), keys outside a row's band get P = 0 on the tiles where that can happen, and
+// a task walks only the query tiles that see its keys. With a softcap, P comes from the capped scores and dS picks up the cap's derivative:
 // d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2.
 #pragma once
 
@@ -99,7 +99,8 @@ template <typename T, int D, variant V> struct attn_bwd {
     static constexpr int DQ_PIECE = CONFIG.dq_piece_cols, DQ_PIECES = DQ_COLS / DQ_PIECE;
     static_assert(DQ_PIECES * DQ_PIECE == DQ_COLS && DQ_PIECE % 16 == 0, "attention backward: dQ pieces must tile dQ");
     using dq_piece = st<float, 64, DQ_PIECE>; // columns DQ_PIECE * j .. of a dQ product
-    using dq_gl = std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
+    using dq_gl =
+        std::conditional_t<DQ_TRANSPOSED, gl<float, -1, -1, D, -1, dq_piece>, gl<float, -1, -1, -1, D, dq_piece>>;
     // Blocks that run out of tasks convert dQ of the (batch, kv head)s whose tasks have all finished (attention.h):
     // the conversion pass then reads only what is left, and the tail of the grid, where SMs wait for the last tasks,
     // does the rest. Rows only: the transposed accumulator (D = 64) would need its own pass through shared memory.
@@ -214,7 +215,8 @@ template <typename T, int D, variant V> struct attn_bwd {
         t.first_q_tile = 0;
         t.q_tiles_seen = (t.q_len + BLOCK_Q - 1) / BLOCK_Q;
         if constexpr (V.banded) {
-            const index_range rows = rows_seeing(t.k_block * BLOCK_K, (t.k_block + 1) * BLOCK_K - 1, t.q_len, t.kv_len, g.window);
+            const index_range rows =
+                rows_seeing(t.k_block * BLOCK_K, (t.k_block + 1) * BLOCK_K - 1, t.q_len, t.kv_len, g.window);
             t.first_q_tile = rows.empty() ? 0 : rows.first / BLOCK_Q;
             t.q_tiles_seen = rows.empty() ? 0 : rows.last / BLOCK_Q - t.first_q_tile + 1;
         }
@@ -281,7 +283,7 @@ template <typename T, int D, variant V> struct attn_bwd {
     // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x W queries, from S^T and dP^T, straight to
     // the 16-bit operands of dV += P^T dO and dK += dS^T Q. `key0` is the key of the warp's first row, `q0` the query
     // of column 0, `col0` its row in the tile's LSE and delta (W = BLOCK_Q and col0 = 0, except for a consumer's
-    // query half with split head dimensions). With MASK, keys past kv_len (zero rows TMA filled in) and keys outside a
+    // query half with split head dimensions). With MASK, keys past kv_len (TMA's zero rows or the next document's) and keys outside a
     // query's band get P = 0.
     template <bool MASK, int W>
     __device__ static inline void gradients(const globals &g, const task &t, const input_block &in, const rt_fl<16, W> &s,

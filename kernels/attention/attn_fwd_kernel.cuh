@@ -10,7 +10,8 @@
 // consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
 // At the end O is divided by the row sums, staged in the consumer's Q slot (free once the task's last S is
 // computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past
-// q_len and K/V rows past kv_len, and those keys are masked.
+// q_len and K/V rows past kv_len (packed documents: the next document's rows, finite by contract), and those keys
+// are masked.
 //
 // When q_len is not a multiple of BLOCK_Q one block is ragged, and a consumer whose 64 rows lie wholly outside
 // the sequence computes nothing. That is the last block, except causal with q_len mod BLOCK_Q in 1..64: there

@@ -28,7 +28,7 @@ inline int heads_per_group(const fwd_problem &p) {
     return int(heads < all ? heads : all);
 }
 
-// Causal, D = 64: whether the kernel with narrow tail tiles (attn_fwd's NARROW_TAIL) runs. Each consumer's diagonal
+// Causal, D = 64: whether the kernel with narrow tail tiles (variant::narrow_tail) runs. Each consumer's diagonal
 // tile, one in every kv_len / KV, then costs what its visible keys need, while the longer kernel costs a little on
 // every other tile: it wins while diagonal tiles are a large share, up to 4096 keys.
 inline bool narrow_causal_tails(const fwd_problem &p) {

@@ -1,6 +1,8 @@
 // The attention ops as torch sees them: tk_ops::attention_fwd(q, k, v, causal, scale, window_left, window_right,
-// softcap) -> (O, LSE) and tk_ops::attention_bwd(q, k, v, o, dout, lse, <the same options>) -> (dQ, dK, dV) (schemas,
-// and their CUDA, Meta and CPU kernels; the autograd of attention_fwd is in autograd.cpp).
+// softcap) -> (O, LSE) and tk_ops::attention_bwd(q, k, v, o, dout, lse, <the same options>) -> (dQ, dK, dV), and their
+// packed-document forms attention_varlen_fwd / _bwd (the packed tensors, then cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+// max_seqlen_k, then the same options): schemas, and their CUDA, Meta and CPU kernels; the autograd of the forwards
+// is in autograd.cpp.
 //
 // Each op's rules are one function below, shared by its three kernels: the CUDA kernel checks them before anything
 // reaches a kernel, the Meta kernel (torch.compile's fake tensors) checks them and lays the outputs out the same way,
@@ -137,13 +139,16 @@ at::Tensor device_offsets(const at::Tensor &cu, const char *name, const at::Devi
     if (cu.is_cuda()) return cu.contiguous();
     check_input(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None, VARLEN, ": ", name,
                 " is in host memory, which a CUDA graph cannot copy from during capture; pass it on the GPU");
-    // Through pinned memory the copy is queued on the stream without waiting for the GPU's earlier work.
-    return cu.contiguous().pin_memory().to(device, /*non_blocking=*/true);
+    // Through pinned memory the copy is queued on the stream without waiting for the GPU's earlier work. A fresh
+    // buffer (pin_memory() would return a pinned input itself): the caller may refill theirs once the call returns.
+    at::Tensor staged = at::empty({cu.size(0)}, cu.options().pinned_memory(true));
+    staged.copy_(cu);
+    return staged.to(device, /*non_blocking=*/true);
 }
 
 // Packed documents: q (total_q, Hq, D), k and v (total_k, Hk, D) like flash_attn_varlen_func's, cu_seqlens_q and
-// cu_seqlens_k int32 (docs + 1) offsets; returns the softmax scale. The offsets' values stay on the device: the kernels
-// clamp them (attention.h's varlen_layout), so no value can reach outside the tensors.
+// cu_seqlens_k int32 (docs + 1) offsets; returns the softmax scale. Offsets in host memory are checked here; the
+// kernels clamp any offsets into the tensors (attention.h's varlen_layout), so no value can reach outside them.
 double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &cu_q,
                     const at::Tensor &cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<double> scale) {
     for (const named_tensor &t : {named_tensor{"q", q}, named_tensor{"k", k}, named_tensor{"v", v}}) {
@@ -179,8 +184,13 @@ double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &
     // Offsets on the GPU are not read (that would wait for it); the kernels clamp them into the tensors.
     host_offsets_rules(cu_q, "cu_seqlens_q", q.sym_size(0));
     host_offsets_rules(cu_k, "cu_seqlens_k", k.sym_size(0));
-    check_input(q.sym_size(0) < tk_attention::MAX_SEQ_LEN && k.sym_size(0) < tk_attention::MAX_SEQ_LEN &&
-                    cu_q.sym_size(0) < (int64_t(1) << 24) && Hq < (int64_t(1) << 16),
+    // Tasks and padded rows are counted in 32-bit integers: per head at most a block of 64 rows or keys per 64 and
+    // one more per document (the two trailing ones included), and the backward's rows a 128-row block per document.
+    const c10::SymInt documents = cu_q.sym_size(0) + 1, Tq = q.sym_size(0), Tk = k.sym_size(0);
+    const int64_t limit = int64_t(1) << 31;
+    check_input(Tq < tk_attention::MAX_SEQ_LEN && Tk < tk_attention::MAX_SEQ_LEN &&
+                    Hq * ((Tq + 63) / 64 + documents) < limit && Hk * ((Tk + 63) / 64 + documents) < limit &&
+                    (Tq + 127) / 128 * 128 + documents * tk_attention::BWD_ROW_PAD < limit,
                 VARLEN, ": problem too large");
     if (!scale) return 1.0 / std::sqrt(double(D));
     check_input(std::isfinite(*scale), VARLEN, ": scale must be a finite number or None, got ", *scale);
@@ -218,6 +228,34 @@ tk_attention::dtype kernel_type(const at::Tensor &t) {
 
 void check_launch(cudaError_t e, const char *what) {
     if (e != cudaSuccess) throw c10::Error(message(what, " failed: ", cudaGetErrorString(e)));
+}
+
+// The kernels take row maxima of the raw scores and fold the scale into each exponent, which needs scale > 0. The
+// same softmax for other scales: scale * (q.k) == (-scale) * ((-q).k), and a zero scale scores every key 0, as zero
+// queries at scale 1 do. Returns the queries to use and makes `scale` positive.
+at::Tensor with_positive_scale(const at::Tensor &q, double &scale) {
+    if (scale > 0) return q;
+    if (scale < 0) {
+        scale = -scale;
+        return q.neg();
+    }
+    scale = 1;
+    return at::zeros_like(q, at::MemoryFormat::Contiguous);
+}
+
+// The documents' layout on q's device (attention.h's varlen_layout) for blocks of the given rows and keys.
+at::Tensor document_layout(const at::Tensor &cu_q, const at::Tensor &cu_k, const at::Tensor &q, const at::Tensor &k,
+                           int q_block_rows, int k_block_rows) {
+    const int docs = int(cu_q.size(0) - 1);
+    const at::Tensor cu_qc = device_offsets(cu_q, "cu_seqlens_q", q.device()),
+                     cu_kc = device_offsets(cu_k, "cu_seqlens_k", q.device());
+    const at::Tensor layout =
+        at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q.device(), std::nullopt);
+    check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(q.size(0)),
+                                              int(k.size(0)), q_block_rows, k_block_rows, layout.data_ptr<int>(),
+                                              at::cuda::getCurrentCUDAStream()),
+                 "tk_ops.attention_varlen layout");
+    return layout;
 }
 
 // The fields the forward and backward problems share: q, k, v as the kernels read them, and the sizes.
@@ -272,18 +310,8 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, co
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    // The kernel takes row maxima of the raw scores and folds the scale into each exponent, which needs scale > 0.
-    // The same softmax for other scales: scale * (q.k) == (-scale) * ((-q).k), and a zero scale scores every key 0,
-    // as zero queries at scale 1 do.
-    at::Tensor q_pos = q_in;
-    if (scale < 0) {
-        q_pos = q_in.neg();
-        scale = -scale;
-    } else if (scale == 0) {
-        q_pos = at::zeros_like(q_in, at::MemoryFormat::Contiguous);
-        scale = 1;
-    }
-    const at::Tensor q = tma_readable_copy(q_pos), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
+    const at::Tensor q = tma_readable_copy(with_positive_scale(q_in, scale)), k = tma_readable_copy(k_in),
+                     v = tma_readable_copy(v_in);
 
     tk_attention::fwd_problem p{};
     describe_inputs(p, q, k, v, window, scale, softcap);
@@ -319,25 +347,11 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    at::Tensor q_pos = q_in; // non-positive scales as in attention_fwd_cuda
-    if (scale < 0) {
-        q_pos = q_in.neg();
-        scale = -scale;
-    } else if (scale == 0) {
-        q_pos = at::zeros_like(q_in, at::MemoryFormat::Contiguous);
-        scale = 1;
-    }
-    const at::Tensor q = tma_readable_copy(packed_view(q_pos)), k = tma_readable_copy(packed_view(k_in)),
-                     v = tma_readable_copy(packed_view(v_in));
-    const at::Tensor cu_qc = device_offsets(cu_q, "cu_seqlens_q", q_in.device()),
-                     cu_kc = device_offsets(cu_k, "cu_seqlens_k", q_in.device());
-    const at::Tensor layout =
-        at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
+    const at::Tensor q = tma_readable_copy(packed_view(with_positive_scale(q_in, scale))),
+                     k = tma_readable_copy(packed_view(k_in)), v = tma_readable_copy(packed_view(v_in));
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(Tq), int(Tk),
-                                              tk_attention::fwd_block_q(int(D)), tk_attention::bwd_block_k(int(D)),
-                                              layout.data_ptr<int>(), stream),
-                 "tk_ops.attention_varlen layout");
+    // The forward's blocks of query rows (its key blocks are not used).
+    const at::Tensor layout = document_layout(cu_q, cu_k, q_in, k_in, tk_attention::fwd_block_q(int(D)), 1);
 
     tk_attention::fwd_problem p{};
     describe_inputs(p, q, k, v, window, scale, softcap);
@@ -424,14 +438,9 @@ attention_varlen_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
     at::Tensor dv = at::empty_like(v_in, at::MemoryFormat::Contiguous);
     if (q_in.numel() == 0 || k_in.numel() == 0) return {dq.zero_(), dk.zero_(), dv.zero_()};
     const int docs = int(cu_q.size(0) - 1);
-    const at::Tensor cu_qc = device_offsets(cu_q, "cu_seqlens_q", q_in.device()),
-                     cu_kc = device_offsets(cu_k, "cu_seqlens_k", q_in.device());
-    const at::Tensor layout =
-        at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q_in.device(), std::nullopt);
-    check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(q_in.size(0)),
-                                              int(k_in.size(0)), tk_attention::BWD_ROW_PAD, tk_attention::bwd_block_k(int(q_in.size(2))),
-                                              layout.data_ptr<int>(), at::cuda::getCurrentCUDAStream()),
-                 "tk_ops.attention_varlen layout");
+    // Query blocks pad the row buffers (BWD_ROW_PAD rows each); key blocks are the tasks.
+    const at::Tensor layout = document_layout(cu_q, cu_k, q_in, k_in, tk_attention::BWD_ROW_PAD,
+                                              tk_attention::bwd_block_k(int(q_in.size(2))));
     tk_attention::bwd_problem p{};
     p.varlen = true;
     p.docs = tk_attention::varlen_layout_at(layout.data_ptr<int>(), docs);

@@ -29,7 +29,8 @@ __global__ void __launch_bounds__(THREADS) scan_layout(const int *cu_q, const in
     for (int base = 0; base < n; base += THREADS) {
         const int d = base + threadIdx.x;
         int oq = 0, ok = 0;
-        if (d <= docs) oq = min(max(cu_q[d], 0), total_q), ok = min(max(cu_k[d], 0), total_k);
+        if (d == 0) oq = ok = 0; // the first document starts at row 0 (offsets must), so no row is left without one
+        else if (d <= docs) oq = min(max(cu_q[d], 0), total_q), ok = min(max(cu_k[d], 0), total_k);
         else if (d == docs + 1) oq = total_q;                 // the trailing query rows, no keys
         else if (d == docs + 2) oq = total_q, ok = total_k;   // the trailing key rows, no queries
         int aggregate;

@@ -29,4 +29,5 @@ from .fftconv import fftconv, fftconv_spectrum
 from . import nn, reference
 
 __all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "attention_varlen", "attention_varlen_with_lse",
-           "based", "based_step", "mamba2_chunk_scan", "mamba2_step", "fftconv", "fftconv_spectrum", "nn", "reference", "errors", "TkOpsError", "__version__"]
+           "based", "based_step", "mamba2_chunk_scan", "mamba2_step", "fftconv", "fftconv_spectrum", "nn", "reference",
+           "errors", "TkOpsError", "__version__"]

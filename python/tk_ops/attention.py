@@ -122,13 +122,16 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     """Attention over packed documents, like ``flash_attn_varlen_func``: q (total_q, Hq, D), k and v
     (total_k, Hk, D) hold the documents one after another; document i is rows cu_seqlens_q[i] ..
     cu_seqlens_q[i + 1] of q and cu_seqlens_k[i] .. cu_seqlens_k[i + 1] of k and v (int32 offsets, documents + 1
-    of them, starting at 0, on q's GPU or in host memory). Each document is its own attention problem, with the options of
-    :func:`attention` (causal bottom-right aligned within it, window, softcap, GQA); no work is spent across
-    documents or on padding, and empty documents are allowed. ``max_seqlen_q`` / ``max_seqlen_k`` are accepted
-    for flash-attn compatibility (Python ints; the kernels do not need them, so any value is safe). Rows past the last offset see no
-    key: their output is 0. Offsets in host memory are checked (0 first, never decreasing, within the tensors)
-    and copied to the GPU; offsets on the GPU are not read on the host (that would wait for it): the kernels clamp
-    them into the tensors, and a decreasing offset makes an empty document. Differentiable in q, k and v (the backward
-    runs per document too). Returns O (total_q, Hq, D) in the input dtype."""
+    of them, starting at 0, on q's GPU or in host memory). Each document is its own attention problem, with the
+    options of :func:`attention` (causal bottom-right aligned within it, window, softcap, GQA); tasks never span
+    two documents (only a document's last partial tile computes, and masks, the next one's rows), and empty
+    documents are allowed. ``max_seqlen_q`` / ``max_seqlen_k`` are accepted for flash-attn compatibility (Python
+    ints >= 0; the kernels do not need them). Rows past the last offset see no key: their output is 0. Offsets in
+    host memory are checked (0 first, never decreasing, within the tensors) and copied to the GPU; offsets on the
+    GPU are not read on the host (that would wait for it): the kernels clamp them into the tensors (the first
+    document starting at row 0), and a decreasing offset makes an empty document. The masked rows of a partial
+    tile are multiplied by zero, so they must hold finite values: a NaN or inf in one document's rows (or in the
+    rows past the last offset) can reach the document before it. Differentiable in q, k and v (the backward runs
+    per document too). Returns O (total_q, Hq, D) in the input dtype."""
     return attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
                                      window, softcap)[0]

@@ -89,10 +89,11 @@ class Attention(torch.nn.Module):
     enable_gqa=True)`` on the (B, heads, N, D) transposes.
 
     ``forward(x, cu_seqlens=None, max_seqlen=None)``: with ``cu_seqlens`` (int32, documents + 1 offsets starting
-    at 0, on x's device, as flash_attn_varlen_func takes them) x holds documents back to back, (total_tokens, E)
-    or (1, total_tokens, E), and y has x's shape. Rows cu_seqlens[i] .. cu_seqlens[i + 1] are document i, which
+    at 0, on x's device or in host memory, as flash_attn_varlen_func takes them) x holds documents back to back,
+    (total_tokens, E) or (1, total_tokens, E), and y has x's shape. Rows cu_seqlens[i] .. cu_seqlens[i + 1] are
+    document i, which
     attends only within itself: y is the module applied to each document on its own (its causal mask and window
-    measured inside it), concatenated, and no work is spent across documents. Rows past the last offset see no
+    measured inside it), concatenated; the work stays inside documents. Rows past the last offset see no
     key (their attention output is 0, so y there is ``proj``'s bias, or 0). ``max_seqlen``, a Python int (the
     longest document's length, as flash-attn takes it), is accepted for compatibility: the kernels do not need it
     and the results do not depend on it. None passes the number of tokens; the module never computes the exact
@@ -182,9 +183,9 @@ class Attention(torch.nn.Module):
         if x.dim() not in (2, 3) or x.shape[-1] != e or (x.dim() == 3 and x.shape[0] != 1):
             raise InputError(f"{name}: with cu_seqlens the input must be packed documents, (total_tokens, {e}) or "
                              f"(1, total_tokens, {e}), got shape {tuple(x.shape)}")
-        if cu_seqlens.device != x.device:
-            raise DeviceMismatchError(f"{name}: cu_seqlens must be on the input's device {x.device}, got "
-                                      f"{cu_seqlens.device}")
+        if cu_seqlens.device != x.device and cu_seqlens.device.type != "cpu":
+            raise DeviceMismatchError(f"{name}: cu_seqlens must be on the input's device {x.device} or in host "
+                                      f"memory, got {cu_seqlens.device}")
         total = x.shape[-2]
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         # (total, heads, D) slices of the projection, read in place by the kernels like the dense path's views.

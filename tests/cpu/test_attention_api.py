@@ -440,7 +440,8 @@ def test_reference_window_convention():
     # diag = 2: row 0 sees keys 1..2, row 3 sees keys 4..5
     assert seen[0].nonzero().flatten().tolist() == [1, 2]
     assert seen[3].nonzero().flatten().tolist() == [4, 5]
-    assert torch.equal(reference.attention_visible(5, 5, causal=True, window=(-1, 7)), reference.attention_visible(5, 5, causal=True))
+    assert torch.equal(reference.attention_visible(5, 5, causal=True, window=(-1, 7)),
+                       reference.attention_visible(5, 5, causal=True))
     assert torch.equal(reference.attention_visible(5, 5, causal=True), torch.ones(5, 5, dtype=torch.bool).tril())
     assert reference.attention_visible(3, 3, window=(-1, -1)).all()
     # a window wider than the sequence changes nothing
@@ -503,7 +504,8 @@ def test_bench_mask_cases():
     backward = attention_bench.cases(masks=True, backward=True)
     assert len([c for c in cases if c.name.startswith("packed")]) == 2
     for f, b in zip(cases, backward):
-        assert b.name == f.name and b.flops == pytest.approx(2.5 * f.flops) and all(i.setup is not None for i in b.impls)
+        assert b.name == f.name and b.flops == pytest.approx(2.5 * f.flops)
+        assert all(i.setup is not None for i in b.impls)
 
 
 def test_bench_document_lengths():
@@ -564,8 +566,8 @@ def test_reference_varlen_is_per_document():
     start = 0
     for n in lengths:
         if n:
-            o_i, lse_i = reference.attention(q[start:start + n].transpose(0, 1)[None], k[start:start + n].transpose(0, 1)[None],
-                                             v[start:start + n].transpose(0, 1)[None], causal=True)
+            bhnd = [t[start:start + n].transpose(0, 1)[None] for t in (q, k, v)]
+            o_i, lse_i = reference.attention(*bhnd, causal=True)
             torch.testing.assert_close(out[start:start + n], o_i[0].transpose(0, 1))
             torch.testing.assert_close(lse[:, start:start + n], lse_i[0])
         start += n
@@ -597,7 +599,8 @@ def test_varlen_backward_rules(built):
 
 @pytest.mark.parametrize("offsets, message", [((1, 10, 30), "cu_seqlens_q must start at 0, got 1"),
                                               ((0, 20, 10, 30), "must not decrease .* got 20 then 10 at index 2"),
-                                              ((0, 10, 31), "cu_seqlens_q ends at 31, past the packed tensor's 30 rows")])
+                                              ((0, 10, 31), "cu_seqlens_q ends at 31, past the packed tensor's 30 "
+                                                             "rows")])
 def test_varlen_host_offsets_are_checked(offsets, message, built):
     q, kv = t(30, 4, 64), t(30, 2, 64)
     good = _offsets(*([0] * (len(offsets) - 1)), 30)

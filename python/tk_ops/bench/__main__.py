@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     plotted = core.write_plot(args.out / f"{stem}.png", title, rows)
     print(f"{title}; median of {reps} calls, torch {env['torch']}")
     print(core.format_table(rows))
-    print(f"saved {args.out / (stem + '.json')}" + (f" and {stem}.png" if plotted else " (no plot: matplotlib missing)"))
+    print(f"saved {args.out / (stem + '.json')}"
+          + (f" and {stem}.png" if plotted else " (no plot: matplotlib missing)"))
     # A run where our kernels failed is not a benchmark result: say so in the exit status.
     return 1 if any(r.results[r.ours].error for r in rows) else 0
 

@@ -192,7 +192,8 @@ def mask_case(label: str, b: int, n: int, d: int, left: int, softcap: float, bac
     flex_fwd, flex_bwd = _flex(mask_mod, score_mod, b, n)
     flops = 4.0 * b * HEADS * visible_pairs(n, left) * d * (BACKWARD_FLOPS if backward else 1)
     if backward:
-        impls = [Impl("tk_ops", ours_bwd[1], ours=True, setup=ours_bwd[0]), Impl("flex", flex_bwd[1], setup=flex_bwd[0])]
+        impls = [Impl("tk_ops", ours_bwd[1], ours=True, setup=ours_bwd[0]),
+                 Impl("flex", flex_bwd[1], setup=flex_bwd[0])]
     else:
         impls = [Impl("tk_ops", ours_fwd, ours=True), Impl("flex", flex_fwd)]
     if with_cudnn:

@@ -10,4 +10,5 @@ from .gemm import linear, matmul, scaled_mm
 from .mamba2 import mamba2_chunk_scan, mamba2_dt, mamba2_step
 
 __all__ = ["attention", "attention_backward", "attention_varlen", "attention_visible", "based", "based_step", "fftconv",
-           "fftconv_spectrum", "linear", "mamba2_chunk_scan", "mamba2_dt", "mamba2_step", "matmul", "monarch_fft", "scaled_mm"]
+           "fftconv_spectrum", "linear", "mamba2_chunk_scan", "mamba2_dt", "mamba2_step", "matmul", "monarch_fft",
+           "scaled_mm"]

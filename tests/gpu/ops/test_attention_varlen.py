@@ -56,7 +56,8 @@ DOCS = {
 def test_packed_documents(d, docs, options):
     lengths = DOCS[docs]
     total = sum(lengths)
-    q, k, v = packed(total, 4, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
+    q = packed(total, 4, d, torch.bfloat16)
+    k, v = packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
     check(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **options)
 
 
@@ -75,6 +76,17 @@ def test_rows_past_the_last_offset_are_zero():
     keys are seen by no query."""
     q, k, v = packed(700, 2, 64, torch.bfloat16), packed(900, 2, 64, torch.bfloat16), packed(900, 2, 64, torch.bfloat16)
     check(q, k, v, cu([300, 200]), cu([400, 100]), "trailing rows", causal=True)
+
+
+def test_gpu_offsets_not_starting_at_zero():
+    """GPU offsets are not read on the host: a first offset above 0 is clamped to 0 (the first document starts at
+    row 0), so no output row is left unwritten."""
+    q, k, v = packed(600, 2, 64, torch.bfloat16), packed(600, 2, 64, torch.bfloat16), packed(600, 2, 64, torch.bfloat16)
+    bad = torch.tensor([100, 400, 600], dtype=torch.int32, device="cuda")
+    out = tk_ops.attention_varlen(q, k, v, bad, bad, 600, 600, causal=True)
+    good = torch.tensor([0, 400, 600], dtype=torch.int32, device="cuda")
+    ref, _ = reference.attention_varlen(q, k, v, good, good, causal=True)
+    assert rel_err(out, ref) <= TOL[torch.bfloat16]
 
 
 def test_offsets_out_of_order_stay_inside_the_tensors():
@@ -157,8 +169,22 @@ def check_backward(q, k, v, cu_q, cu_k, what, with_lse=False, **options):
 def test_backward_packed_documents(d, docs, options):
     lengths = DOCS[docs]
     total = sum(lengths)
-    q, k, v = packed(total, 4, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
+    q = packed(total, 4, d, torch.bfloat16)
+    k, v = packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
     check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **options)
+
+
+@pytest.mark.parametrize("options", [dict(causal=True), dict(window=(50, 20), softcap=30.0)],
+                         ids=["causal", "w50_20_cap30"])
+@pytest.mark.parametrize("d", [96, 256])
+def test_backward_packed_documents_other_head_dims(d, options):
+    """D = 96 (three 32-column chunks) and D = 256 (the split backward, its exchange tiles and per-consumer dK / dV
+    stores of a document's last partial tile) on ragged documents."""
+    lengths = DOCS["ragged"]
+    total = sum(lengths)
+    q = packed(total, 4, d, torch.bfloat16)
+    k, v = packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
+    check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} ragged {options}", **options)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -199,7 +225,7 @@ def test_backward_compiles_fullgraph():
 
 
 def test_compiles_fullgraph_and_captures():
-    q, k, v = packed(1500, 4, 64, torch.bfloat16), packed(1500, 4, 64, torch.bfloat16), packed(1500, 4, 64, torch.bfloat16)
+    q, k, v = (packed(1500, 4, 64, torch.bfloat16) for _ in range(3))
     offsets = cu([700, 0, 800])
 
     def fn(q, k, v):
