@@ -36,10 +36,12 @@
 // not taken, are in docs/attention.md.
 //
 // Masking: padded query rows (past q_len) carry LSE = +inf from the preparation, so their P is 0; key rows
-// past kv_len (zero-filled by TMA; packed documents: the next document's rows) and, for banded attention (causal,
-// sliding windows: attention.h's band), keys outside a row's band get P = 0 on the tiles where that can happen, and
-// a task walks only the query tiles that see its keys. With a softcap, P comes from the capped scores and dS picks up the cap's derivative:
-// d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2.
+// past kv_len and, for banded attention (causal, sliding windows: attention.h's band), keys outside a row's band get
+// P = 0 on the tiles where that can happen, and a task walks only the query tiles that see its keys. Rows past the
+// sequence are TMA's zeros; for packed documents they are the next document's rows (or rows past the last offset),
+// which may hold anything, and the products would multiply them by P = 0 or dS = 0 (0 x NaN is NaN): so they are
+// zeroed in shared memory first (zero_keys_past_document, zero_queries_past_document). With a softcap, P comes from
+// the capped scores and dS picks up the cap's derivative: d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2.
 #pragma once
 
 #include "attention.h"
@@ -278,13 +280,62 @@ template <typename T, int D, variant V> struct attn_bwd {
             wait(arrived, c.state.tasks & 1);
         }
         c.state.tasks++;
+        if constexpr (V.varlen) zero_keys_past_document(c);
+    }
+
+    // Packed documents: a document's last key slab is loaded whole, so its rows past kv_len are the next document's
+    // (or rows past the last offset), which may hold NaN or inf. Their P is masked to 0, but dP^T = V dO^T would
+    // carry V's garbage into dS^T = P^T * (dP^T - delta) as 0 x NaN, and dQ = dS K multiplies K's rows by dS = 0: so
+    // the slab's rows past the document become zeros, once per task, before any product reads them. The slab is
+    // this consumer's own, and the other consumer's dQ products, which read its K too, come after this consumer's
+    // DS_READY arrivals (or, in the previous task, before the consumers_sync that precedes the load). With split head
+    // dimensions both consumers read the one slab: consumer 0 zeroes K and consumer 1 V (the tiles each loaded), and
+    // a barrier of both follows. Each writer fences first: generic stores, read by wgmma in the async proxy.
+    __device__ static inline void zero_keys_past_document(lcsf::consumer_args<attn_bwd> &c) {
+        const int e = c.consumer, slab = slab_of(e);
+        const int valid = c.task.kv_len - (c.task.k_block * KV_TILES + slab) * KEYS; // may be <= 0: a slab past the end
+        if (valid >= KEYS) return;
+        const int first = max(valid, 0), thread = warpgroup::laneid();
+        if constexpr (SPLIT_HEAD_DIMS) {
+            zero_rows<WARPGROUP_THREADS>(e == 0 ? c.output.k[0] : c.output.v[0], first, KEYS, thread);
+            async_proxy_fence();
+            named_barrier_sync<2 * WARPGROUP_THREADS>(CONSUMERS_BARRIER);
+        } else {
+            zero_rows<WARPGROUP_THREADS>(c.output.k[slab], first, KEYS, thread);
+            zero_rows<WARPGROUP_THREADS>(c.output.v[slab], first, KEYS, thread);
+            async_proxy_fence();
+            warpgroup::sync(e + 1);
+        }
+    }
+
+    // Packed documents: a document's last query tile (of each query head) reaches past q_len into the next document's
+    // rows. Their LSE is +inf (the preparation's padding), but S^T = K Q^T of a NaN row is NaN and exp2(NaN) is not
+    // 0; and dV += P^T dO, dK += dS^T Q multiply those Q and dO rows by 0. So they become zeros before S^T. The ring
+    // stage is read by both consumers: consumer e zeroes the rows of query half e (its own rows of S^T and dP^T with
+    // split head dimensions), so each address has one writer (zero_rows), and each fences its stores (read by wgmma
+    // in the async proxy) before the barrier that orders them before the products: without split head dimensions
+    // both consumers' S^T reads every row, so a barrier of both, only on these tiles (both run the same steps, so
+    // both reach it); with split head dimensions a consumer's S^T and dP^T read its own half only (its warpgroup's
+    // barrier), and the other half's zeros precede the EXCHANGE barrier before the products over all rows. The
+    // writes come before the consumer's release of the stage (LCSF arrives on `finished` after compute), so none
+    // can follow the next TMA load into it.
+    __device__ static inline void zero_queries_past_document(lcsf::consumer_args<attn_bwd> &c, int qt) {
+        const int valid = c.task.q_len - qt * BLOCK_Q;
+        if (valid >= BLOCK_Q) return;
+        const int e = c.consumer, half0 = e * Q_HALF, first = max(valid, half0), thread = warpgroup::laneid();
+        zero_rows<WARPGROUP_THREADS>(c.input.q, first, half0 + Q_HALF, thread);
+        zero_rows<WARPGROUP_THREADS>(c.input.dout, first, half0 + Q_HALF, thread);
+        async_proxy_fence();
+        if constexpr (SPLIT_HEAD_DIMS) warpgroup::sync(e + 1);
+        else named_barrier_sync<2 * WARPGROUP_THREADS>(CONSUMERS_BARRIER);
     }
 
     // P^T and dS^T / scale = P^T * (dP^T - delta) of this warp's 16 keys x W queries, from S^T and dP^T, straight to
     // the 16-bit operands of dV += P^T dO and dK += dS^T Q. `key0` is the key of the warp's first row, `q0` the query
     // of column 0, `col0` its row in the tile's LSE and delta (W = BLOCK_Q and col0 = 0, except for a consumer's
-    // query half with split head dimensions). With MASK, keys past kv_len (TMA's zero rows or the next document's) and keys outside a
-    // query's band get P = 0.
+    // query half with split head dimensions). With MASK, keys past kv_len and keys outside a query's band get P = 0.
+    // The product dS = P * (dP - delta) needs no select of its own: every row it reads is finite (rows past the
+    // sequence are zeros, TMA's or zero_*_past_document's).
     template <bool MASK, int W>
     __device__ static inline void gradients(const globals &g, const task &t, const input_block &in, const rt_fl<16, W> &s,
                                             const rt_fl<16, W> &dp, rt<T, 16, W> &p_out, rt<T, 16, W> &ds_out, int key0,
@@ -361,6 +412,7 @@ template <typename T, int D, variant V> struct attn_bwd {
             c.state.steps++;
             int h, qt;
             tile_of(c.g, c.task, c.iter, h, qt);
+            if constexpr (V.varlen) zero_queries_past_document(c, qt);
 
             rt_fl<16, BLOCK_Q> s, dp;
             warpgroup::mm_ABt(s, c.output.k[slab_of(e)], c.input.q);
@@ -416,6 +468,7 @@ template <typename T, int D, variant V> struct attn_bwd {
         c.state.steps++;
         int h, qt;
         tile_of(c.g, c.task, c.iter, h, qt);
+        if constexpr (V.varlen) zero_queries_past_document(c, qt);
         kv_tile &k = c.output.k[0], &v = c.output.v[0];
         q_tile &q = c.input.q, &dout = c.input.dout;
 

@@ -10,8 +10,8 @@
 // consumers work on different phases at once, so one's softmax overlaps another's tensor-core work.
 // At the end O is divided by the row sums, staged in the consumer's Q slot (free once the task's last S is
 // computed) and written by one TMA store, which clips rows past the sequence end. TMA zero-fills Q rows past
-// q_len and K/V rows past kv_len (packed documents: the next document's rows, finite by contract), and those keys
-// are masked.
+// q_len and K/V rows past kv_len, and those keys are masked. Packed documents: a document's last tiles hold the
+// next document's rows (or rows past the last offset) instead, which may hold anything; see zero_past_document.
 //
 // When q_len is not a multiple of BLOCK_Q one block is ragged, and a consumer whose 64 rows lie wholly outside
 // the sequence computes nothing. That is the last block, except causal with q_len mod BLOCK_Q in 1..64: there
@@ -60,6 +60,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     static_assert(!V.narrow_tail || fwd_narrow_tails_fit(D), "attention forward: narrow tail tiles need D = 64");
     // Dynamic tasks: LCSF's producer looks each block's next task up, and setup prefetches that task's Q.
     static constexpr bool DYNAMIC_TASKS = true;
+    // Named barriers: 1 + consumer is each consumer warpgroup's own (warpgroup::sync); this one is all consumers'.
+    static constexpr int CONSUMERS_BARRIER = 4;
 
     using q_tile = st<T, Q_ROWS, D>;
     using kv_tile = st<T, KV, D>;
@@ -92,6 +94,7 @@ template <typename T, int D, variant V> struct attn_fwd {
         rt_fl<16, D> o;
         row_stats stats;
         int tasks = 0; // tasks this consumer has started: selects the Q slot and its barrier phase
+        int partial_tiles = 0; // variant::varlen: key tiles seen that reach past their document (zero_past_document)
     };
     struct task {
         int id, b, h, q_block;
@@ -187,6 +190,14 @@ template <typename T, int D, variant V> struct attn_fwd {
 #pragma unroll
             for (int s = 0; s < Q_SLOTS; s++) init_semaphore(c.output.q_arrived[s][c.consumer], 1);
             if constexpr (Q_SLOTS == 2) load_q(c, c.task, slot);
+            if constexpr (V.varlen) {
+                if (c.consumer == 0)
+                    for (int s = 0; s < INPUT_STAGES; s++) init_semaphore(v_zeroed()[s], WARPGROUP_THREADS);
+            }
+        }
+        // Every consumer waits on v_zeroed, which consumer 0 initialises: once per block, before any compute.
+        if constexpr (V.varlen) {
+            if (c.state.tasks == 0) named_barrier_sync<NUM_CONSUMERS * WARPGROUP_THREADS>(CONSUMERS_BARRIER);
         }
         // First task: nobody waits on a barrier before its init. Later: every warp's wgmma reads of the slot TMA
         // overwrites (the previous task's Q) are over.
@@ -214,7 +225,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     }
 
     // One tile's step for this consumer over its first W keys (the rest, if any, are masked for all its rows).
-    template <int W> __device__ static inline void tile_step(lcsf::consumer_args<attn_fwd> &c, int key0, int row0) {
+    // zeroed: from zero_past_document, or -1 where the tile lies inside its document.
+    template <int W> __device__ static inline void tile_step(lcsf::consumer_args<attn_fwd> &c, int key0, int row0, int zeroed) {
         const globals &g = c.g;
         const int q_len = c.task.q_len, kv_len = c.task.kv_len;
         rt_fl<16, W> s;
@@ -237,6 +249,7 @@ template <typename T, int D, variant V> struct attn_fwd {
         if (softmax_step(s, c.state.stats, c.g.scale_log2, rescale)) scale_rows(c.state.o, rescale);
         rt<T, 16, W> p;
         copy(p, s);
+        if (V.varlen && zeroed >= 0) wait(v_zeroed()[zeroed >> 1], zeroed & 1); // V's rows past the document are zeros
         warpgroup::mma_AB(c.state.o, p, leading<W>(c.input.v));
         // Waited at once: leaving it in flight past this call (to overlap it with the next tile) makes ptxas
         // serialise every wgmma of the kernel, since P's registers die here. The other consumers fill the gap.
@@ -244,10 +257,11 @@ template <typename T, int D, variant V> struct attn_fwd {
     }
 
     // The narrowest of the widths W, Ws... (ascending, the last = KV) that holds the `seen` leading keys.
-    template <int W, int... Ws> __device__ static inline void narrowest_step(lcsf::consumer_args<attn_fwd> &c, int seen, int key0, int row0) {
-        if constexpr (sizeof...(Ws) == 0) tile_step<W>(c, key0, row0);
-        else if (seen <= W) tile_step<W>(c, key0, row0);
-        else narrowest_step<Ws...>(c, seen, key0, row0);
+    template <int W, int... Ws>
+    __device__ static inline void narrowest_step(lcsf::consumer_args<attn_fwd> &c, int seen, int key0, int row0, int zeroed) {
+        if constexpr (sizeof...(Ws) == 0) tile_step<W>(c, key0, row0, zeroed);
+        else if (seen <= W) tile_step<W>(c, key0, row0, zeroed);
+        else narrowest_step<Ws...>(c, seen, key0, row0, zeroed);
     }
 
     __device__ static inline void compute(lcsf::consumer_args<attn_fwd> &c) {
@@ -255,16 +269,51 @@ template <typename T, int D, variant V> struct attn_fwd {
         const int key0 = first_key(c.task) + c.iter * KV;
         const int row0 = first_row(g, c.task, c.consumer), row1 = row0 + Q_ROWS - 1;
         const int q_len = c.task.q_len, kv_len = c.task.kv_len;
+        int zeroed = -1;
+        if constexpr (V.varlen) {
+            if (key0 + KV > kv_len) zeroed = zero_past_document(c, key0); // before the return: consumer 0 zeroes
+        }
         // Nothing to do: an idle consumer of the ragged block, or (banded) a tile that none of its rows sees.
         if (idle(c.task, row0) || (V.banded && tile_outside_band<V.left_edge>(row0, row1, key0, key0 + KV - 1, q_len, kv_len, g.window))) return;
         if constexpr (V.narrow_tail) {
             // Keys of this tile that some row of this consumer sees: a tile cut by the band's right edge or the
             // sequence end runs as the narrowest product that holds them.
             const index_range keys = keys_seen(row0, row1, q_len, kv_len, g.window);
-            narrowest_step<64, 128, KV>(c, keys.last + 1 - key0, key0, row0);
+            narrowest_step<64, 128, KV>(c, keys.last + 1 - key0, key0, row0, zeroed);
         } else {
-            tile_step<KV>(c, key0, row0);
+            tile_step<KV>(c, key0, row0, zeroed);
         }
+    }
+
+    // Packed documents: a document's last key tile is loaded whole, so its rows past kv_len are the next document's (or
+    // rows past the last offset). Their keys are masked (mask_scores selects -inf, whatever K held), but O += P V still
+    // multiplies those V rows by P = 0, and 0 x NaN or 0 x inf is NaN: so those V rows become zeros first. The stage is
+    // read by every consumer, and consumer 0 alone zeroes it (every consumer, idle or not, runs compute for every
+    // stage). Had every consumer written the same zeros, each would still have to order the others' writes before
+    // its product, and racecheck would see three warpgroups store to one address unordered; with one writer (and
+    // zero_rows' fixed thread per address) no address has two. Each writing thread fences (generic stores, read by
+    // wgmma in the async proxy) and arrives on v_zeroed; every consumer that computes waits there before its P V
+    // product (its S and softmax run meanwhile), and only on these tiles. The writes land before consumer 0 releases
+    // the stage to the producer (LCSF arrives on the stage's `finished` after compute), so none can follow the next
+    // TMA load into it.
+    //
+    // Phases: every consumer counts the partial tiles it has seen (the same sequence: they follow the same tasks);
+    // the n-th uses v_zeroed[n % INPUT_STAGES] at parity (n / INPUT_STAGES) & 1. A consumer waiting at its n-th
+    // partial tile holds that stage, so the producer cannot have refilled the ring more than INPUT_STAGES - 1 stages
+    // past it: consumer 0 can be at most INPUT_STAGES - 1 partial tiles ahead, and the barrier of the n-th has not
+    // moved on to the (n + INPUT_STAGES)-th. Returns the barrier and parity to wait on, as 2 * index + parity.
+    __device__ static inline semaphore *v_zeroed() {
+        __shared__ semaphore sems[INPUT_STAGES];
+        return sems;
+    }
+    __device__ static inline int zero_past_document(lcsf::consumer_args<attn_fwd> &c, int key0) {
+        const int n = c.state.partial_tiles++, index = n % INPUT_STAGES;
+        if (c.consumer == 0) {
+            zero_rows<WARPGROUP_THREADS>(c.input.v, c.task.kv_len - key0, KV, warpgroup::laneid());
+            async_proxy_fence();
+            arrive(v_zeroed()[index]);
+        }
+        return 2 * index + ((n / INPUT_STAGES) & 1);
     }
 
     // O / l through the consumer's Q slot and one TMA store (or, for a packed document's last rows, plain stores that

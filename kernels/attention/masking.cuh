@@ -1,5 +1,6 @@
 // Which (query, key) pairs a kernel computes, and the score transform: the band of attention.h (causal, sliding
-// windows, the sequence ends) as ranges of rows and keys, the masking of score tiles, and the softcap.
+// windows, the sequence ends) as ranges of rows and keys, the masking of score tiles, the zeroing of shared rows
+// outside a packed document, and the softcap.
 //
 // Plain 32-bit arithmetic: rows and keys are below MAX_SEQ_LEN (2^28, the binding's limit) and the sides at most
 // WINDOW_UNLIMITED (2^30), so any row (a block's rows run at most a block past the sequence) plus diag plus or minus a
@@ -69,6 +70,29 @@ template <bool LEFT, int KV> __device__ inline void mask_scores(rt_fl<16, KV> &s
             if (col + 1 > last) v.y = -INFINITY;
         },
         s);
+}
+
+// Rows [first, last) of a shared tile become zeros, written by the THREADS threads of a group (`thread`: the caller's
+// index in it). Packed documents need this where a tile loaded whole reaches past its document: masking sets P (or
+// dS) to 0 there, but the tensor cores still multiply the rows outside the document, and 0 x NaN is NaN.
+// The swizzle permutes 16-byte units within a row, so rows first .. last - 1 of a column chunk are one contiguous run
+// of units, written without it. Unit u of a chunk always goes to thread u mod THREADS, whatever the range, so the
+// same address is only ever written by the same thread: calls for different tiles of one buffer need no ordering
+// among the group's threads, and compute-sanitizer's racecheck sees no two threads writing one address.
+template <int THREADS, ducks::st::all ST> __device__ inline void zero_rows(ST &t, int first, int last, int thread) {
+    static_assert(THREADS > 0 && (THREADS & (THREADS - 1)) == 0, "zero_rows: a power-of-two group of threads");
+    constexpr int ROW_UNITS = ST::swizzle_bytes / 16;
+    const int begin = first * ROW_UNITS, end = last * ROW_UNITS;
+    const int u0 = begin + ((thread - begin) & (THREADS - 1)); // this thread's first unit at or after begin
+    const uint32_t base = smem_addr(t.data);
+#pragma unroll
+    for (int k = 0; k < ST::chunks; k++) {
+#pragma unroll 1
+        for (int u = u0; u < end; u += THREADS)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n"
+                         ::"r"(base + uint32_t(k * ST::chunk_bytes + 16 * u)), "r"(0)
+                         : "memory");
+    }
 }
 
 // tanh by the hardware's approximation (relative error about 2^-11): the softcap costs one more MUFU op per score

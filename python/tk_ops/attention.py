@@ -129,9 +129,9 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     ints >= 0; the kernels do not need them). Rows past the last offset see no key: their output is 0. Offsets in
     host memory are checked (0 first, never decreasing, within the tensors) and copied to the GPU; offsets on the
     GPU are not read on the host (that would wait for it): the kernels clamp them into the tensors (the first
-    document starting at row 0), and a decreasing offset makes an empty document. The masked rows of a partial
-    tile are multiplied by zero, so they must hold finite values: a NaN or inf in one document's rows (or in the
-    rows past the last offset) can reach the document before it. Differentiable in q, k and v (the backward runs
-    per document too). Returns O (total_q, Hq, D) in the input dtype."""
+    document starting at row 0), and a decreasing offset makes an empty document. Rows outside a document may
+    hold anything: a NaN or inf in the next document's rows, or in unused rows past the last offset, reaches neither
+    this document's output nor its gradients. Differentiable in q, k and v (the backward runs per document too).
+    Returns O (total_q, Hq, D) in the input dtype."""
     return attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
                                      window, softcap)[0]

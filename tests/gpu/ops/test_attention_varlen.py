@@ -1,8 +1,8 @@
 """tk_ops.attention_varlen (packed documents, like flash_attn_varlen_func) against the float64 reference, document by
 document, forward (O, LSE) and backward (dQ, dK, dV, and through the LSE): ragged lengths with empty documents and
-documents of one token, cross lengths per document, causal, windows, softcap, GQA, head dims 64 and 128, bf16 and
-fp16, rows past the last offset, offsets that are not monotonic (clamped, never out of bounds), torch.compile and
-CUDA graphs."""
+documents of one token, cross lengths per document, causal, windows, softcap, GQA, head dims 64 to 256, bf16 and
+fp16, rows past the last offset, NaN and inf outside the documents (past the last offsets, or in the next document),
+offsets that are not monotonic (clamped, never out of bounds), torch.compile and CUDA graphs."""
 import pytest
 import torch
 
@@ -196,6 +196,71 @@ def test_backward_cross_lengths_trailing_rows_and_lse(d, dtype):
     q = packed(sum(lq) + 7, 8, d, dtype)
     k, v = packed(sum(lk) + 9, 2, d, dtype), packed(sum(lk) + 9, 2, d, dtype)
     check_backward(q, k, v, cu(lq), cu(lk), f"cross d={d} {dtype}", with_lse=True, causal=True)
+
+
+def non_finite(rows):
+    """Fill a slice of packed rows with NaN, +inf and -inf in turn, in place."""
+    values = torch.tensor([float("nan"), float("inf"), float("-inf")], device=rows.device, dtype=rows.dtype)
+    rows.copy_(values[torch.arange(rows.numel(), device=rows.device) % 3].view_as(rows))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal_bottom_right"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_non_finite_rows_past_the_last_offsets(d, causal):
+    """Rows past the last offsets may hold anything (a buffer filled only in part): NaN and inf there in Q, K, V and
+    dO reach no output and no gradient. The last document's partial tiles load those rows and mask them, and masked
+    products still multiply them by 0; the kernels zero them in shared memory first. The trailing query rows' outputs
+    and every trailing row's gradients are 0."""
+    lq, lk = [300, 1, 0, 193, 77], [250, 64, 3, 200, 100]
+    nq, nk = sum(lq), sum(lk)
+    q = packed(nq + 51, 4, d, torch.bfloat16)
+    k, v = packed(nk + 70, 2, d, torch.bfloat16), packed(nk + 70, 2, d, torch.bfloat16)
+    non_finite(q[nq:])
+    non_finite(k[nk:])
+    non_finite(v[nk:])
+    cu_q, cu_k = cu(lq), cu(lk)
+    what = f"non-finite trailing rows d={d} causal={causal}"
+    check(q, k, v, cu_q, cu_k, what, causal=causal)
+
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = tk_ops.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal)
+    dout = torch.randn_like(out)
+    non_finite(dout[nq:])
+    fresh_pool_with_nan(2 * (q.numel() + k.numel() + v.numel()))
+    got = torch.autograd.grad(out, (q, k, v), dout)
+    expect = reference_grads(q.detach(), k.detach(), v.detach(), dout, cu_q, cu_k, causal=causal)
+    assert_grads(got, expect, q.dtype, what)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_non_finite_next_document(d, causal):
+    """A document followed by one whose Q, K, V and dO rows hold NaN and inf: the first document's last partial tiles
+    load the second's rows (masked), and its outputs, LSE and gradients stay finite and right. The second document's
+    own results are NaN, so only the first's rows are compared."""
+    first, second = 100, 200
+    q = packed(first + second, 4, d, torch.bfloat16)
+    k, v = packed(first + second, 2, d, torch.bfloat16), packed(first + second, 2, d, torch.bfloat16)
+    for t in (q, k, v):
+        non_finite(t[first:])
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    offsets = cu([first, second])
+    out, lse = tk_ops.attention_varlen_with_lse(q, k, v, offsets, offsets, second, second, causal=causal)
+    alone = cu([first])
+    ref, ref_lse = reference.attention_varlen(q[:first].detach(), k[:first].detach(), v[:first].detach(), alone, alone,
+                                              causal=causal)
+    what = f"non-finite next document d={d} causal={causal}"
+    err = rel_err(out[:first], ref)
+    assert err <= TOL[q.dtype], f"{what}: O relative error {err:.3e}"
+    lse_err = (lse[:, :first].double() - ref_lse).abs().max().item()
+    assert lse_err <= LSE_ATOL, f"{what}: LSE max error {lse_err:.3e}"
+
+    dout = torch.randn_like(out)
+    non_finite(dout[first:])
+    got = torch.autograd.grad(out, (q, k, v), dout)
+    expect = reference_grads(q[:first].detach(), k[:first].detach(), v[:first].detach(), dout[:first], alone, alone,
+                             causal=causal)
+    assert_grads([g[:first] for g in got], expect, q.dtype, what)
 
 
 def test_backward_of_one_document_matches_dense():
