@@ -41,6 +41,19 @@ struct options {
     scale_t scale;
     int64_t window_left, window_right;
     double softcap;
+
+    void save(AutogradContext *ctx) const {
+        ctx->saved_data["causal"] = causal;
+        ctx->saved_data["scale"] = scale;
+        ctx->saved_data["window_left"] = window_left;
+        ctx->saved_data["window_right"] = window_right;
+        ctx->saved_data["softcap"] = softcap;
+    }
+    static options saved(AutogradContext *ctx) {
+        return {ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toOptional<double>(),
+                ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
+                ctx->saved_data["softcap"].toDouble()};
+    }
 };
 
 std::tuple<at::Tensor, at::Tensor> call_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const options &o) {
@@ -98,13 +111,10 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static variable_list forward(AutogradContext *ctx, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                                  bool causal, scale_t scale, int64_t window_left, int64_t window_right, double softcap) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
-        auto [o, lse] = call_fwd(q, k, v, {causal, scale, window_left, window_right, softcap});
+        const options opt{causal, scale, window_left, window_right, softcap};
+        auto [o, lse] = call_fwd(q, k, v, opt);
         ctx->save_for_backward({q, k, v, o, lse});
-        ctx->saved_data["causal"] = causal;
-        ctx->saved_data["scale"] = scale;
-        ctx->saved_data["window_left"] = window_left;
-        ctx->saved_data["window_right"] = window_right;
-        ctx->saved_data["softcap"] = softcap;
+        opt.save(ctx);
         // An output that does not reach the loss (usually LSE) then arrives undefined instead of as zeros, so the
         // common case needs neither a data-dependent check (a device sync) nor a second backward call.
         ctx->set_materialize_grads(false);
@@ -114,9 +124,7 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
         const variable_list saved = ctx->get_saved_variables();
         const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
-        const options opt{ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toOptional<double>(),
-                          ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
-                          ctx->saved_data["softcap"].toDouble()};
+        const options opt = options::saved(ctx);
         variable_list out = gradients(ctx, q, k, v, o, grads[0], grads[1],
                                       [&](const at::Tensor &v_, const at::Tensor &o_, const at::Tensor &dout) {
                                           return call_bwd(q, k, v_, o_, dout, lse, opt);
@@ -164,16 +172,12 @@ struct VarlenAttentionFunction : public torch::autograd::Function<VarlenAttentio
                                  const at::Tensor &cu_q, const at::Tensor &cu_k, int64_t max_q, int64_t max_k,
                                  bool causal, scale_t scale, int64_t window_left, int64_t window_right, double softcap) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
-        auto [o, lse] = call_varlen_fwd(q, k, v, {cu_q, cu_k, max_q, max_k},
-                                        {causal, scale, window_left, window_right, softcap});
+        const options opt{causal, scale, window_left, window_right, softcap};
+        auto [o, lse] = call_varlen_fwd(q, k, v, {cu_q, cu_k, max_q, max_k}, opt);
         ctx->save_for_backward({q, k, v, o, lse, cu_q, cu_k});
         ctx->saved_data["max_q"] = max_q;
         ctx->saved_data["max_k"] = max_k;
-        ctx->saved_data["causal"] = causal;
-        ctx->saved_data["scale"] = scale;
-        ctx->saved_data["window_left"] = window_left;
-        ctx->saved_data["window_right"] = window_right;
-        ctx->saved_data["softcap"] = softcap;
+        opt.save(ctx);
         ctx->set_materialize_grads(false);
         return {o, lse};
     }
@@ -183,9 +187,7 @@ struct VarlenAttentionFunction : public torch::autograd::Function<VarlenAttentio
         const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4], &cu_q = saved[5],
                          &cu_k = saved[6];
         const int64_t max_q = ctx->saved_data["max_q"].toInt(), max_k = ctx->saved_data["max_k"].toInt();
-        const options opt{ctx->saved_data["causal"].toBool(), ctx->saved_data["scale"].toOptional<double>(),
-                          ctx->saved_data["window_left"].toInt(), ctx->saved_data["window_right"].toInt(),
-                          ctx->saved_data["softcap"].toDouble()};
+        const options opt = options::saved(ctx);
         static const auto op =
             c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::attention_varlen_bwd", "").typed<varlen_bwd_fn>();
         const at::Tensor &grad_lse = grads[1];
