@@ -295,7 +295,7 @@ at::Tensor task_counter(const c10::Device &device) {
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
                                                       const at::Tensor &v_in, bool causal, std::optional<double> scale_in,
-    int64_t window_left, int64_t window_right, double softcap) {
+                                                      int64_t window_left, int64_t window_right, double softcap) {
     double scale = qkv_rules(q_in, k_in, v_in, scale_in);
     const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
     check_devices(ATTENTION, {{"q", q_in}, {"k", k_in}, {"v", v_in}});
@@ -401,7 +401,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cuda(const at::Tens
                                                                   const at::Tensor &v_in, const at::Tensor &o_in,
                                                                   const at::Tensor &dout_in, const at::Tensor &lse_in,
                                                                   bool causal, std::optional<double> scale_in,
-    int64_t window_left, int64_t window_right, double softcap) {
+                                                                  int64_t window_left, int64_t window_right,
+                                                                  double softcap) {
     const double scale = qkv_rules(q_in, k_in, v_in, scale_in);
     const tk_attention::band window = band_rules(causal, window_left, window_right, softcap);
     backward_rules(q_in, o_in, dout_in, lse_in);
@@ -455,7 +456,7 @@ attention_varlen_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                                                       bool causal, std::optional<double> scale,
-    int64_t window_left, int64_t window_right, double softcap) {
+                                                      int64_t window_left, int64_t window_right, double softcap) {
     qkv_rules(q, k, v, scale);
     band_rules(causal, window_left, window_right, softcap);
     return {empty_like_order(q, q.scalar_type()), empty_lse(q)};
@@ -465,7 +466,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_meta(const at::Tens
                                                                   const at::Tensor &v, const at::Tensor &o,
                                                                   const at::Tensor &dout, const at::Tensor &lse,
                                                                   bool causal, std::optional<double> scale,
-    int64_t window_left, int64_t window_right, double softcap) {
+                                                                  int64_t window_left, int64_t window_right,
+                                                                  double softcap) {
     qkv_rules(q, k, v, scale);
     band_rules(causal, window_left, window_right, softcap);
     backward_rules(q, o, dout, lse);
@@ -501,7 +503,7 @@ attention_varlen_bwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Te
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                                                      bool causal, std::optional<double> scale,
-    int64_t window_left, int64_t window_right, double softcap) {
+                                                     int64_t window_left, int64_t window_right, double softcap) {
     qkv_rules(q, k, v, scale);
     band_rules(causal, window_left, window_right, softcap);
     reject_cpu(ATTENTION, {{"q", q}, {"k", k}, {"v", v}});
@@ -511,7 +513,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cpu(const at::Tenso
                                                                  const at::Tensor &v, const at::Tensor &o,
                                                                  const at::Tensor &dout, const at::Tensor &lse,
                                                                  bool causal, std::optional<double> scale,
-    int64_t window_left, int64_t window_right, double softcap) {
+                                                                 int64_t window_left, int64_t window_right,
+                                                                 double softcap) {
     qkv_rules(q, k, v, scale);
     band_rules(causal, window_left, window_right, softcap);
     backward_rules(q, o, dout, lse);
