@@ -138,27 +138,18 @@ tk_fftconv::dtype kernel_type(at::ScalarType t) {
     return tk_fftconv::dtype::fp32;
 }
 
-// rfft(k, fft) into k_f (both checked).
-void compute_spectrum(const at::Tensor &k_in, int fft, at::Tensor &k_f) {
-    if (k_in.size(0) == 0) return;
-    const at::Tensor k = dense(k_in);
-    tk_fftconv::spectrum_problem p{};
-    p.k = k.data_ptr();
-    p.k_type = kernel_type(k.scalar_type());
-    p.heads = int(k.size(0));
-    p.taps = int(k.size(1));
-    p.fft = fft;
-    p.k_f = reinterpret_cast<float2 *>(k_f.data_ptr());
-    check_launch(tk_fftconv::spectrum(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv spectrum kernel");
+// rfft(k, fft), complex64 (heads, fft / 2 + 1): cuFFT in fp32 (k is checked). It runs on H rows once per call, beside
+// the B H / 2 pair transforms of the forward kernel.
+at::Tensor compute_spectrum(const at::Tensor &k, int fft) {
+    if (k.size(0) == 0) return empty_spectrum(k, k.sym_size(0), fft);
+    return at::fft_rfft(k.to(at::kFloat), fft, -1).contiguous();
 }
 
 at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
     const int fft = spectrum_rules(k, n);
     check_devices(SPECTRUM, {{"k", k}});
     const c10::cuda::CUDAGuard guard(k.device());
-    at::Tensor k_f = empty_spectrum(k, k.sym_size(0), fft);
-    compute_spectrum(k, fft, k_f);
-    return k_f;
+    return compute_spectrum(k, fft);
 }
 
 at::Tensor fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
@@ -172,10 +163,7 @@ at::Tensor fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_t
     at::Tensor y = empty_output(u_in);
     if (y.numel() == 0) return y;
     at::Tensor k_f = k_f_in.defined() ? k_f_in.resolve_conj().contiguous() : k_f_in; // a lazy conj() view is data
-    if (k.defined()) {
-        k_f = empty_spectrum(u_in, u_in.sym_size(1), fft);
-        compute_spectrum(k, fft, k_f);
-    }
+    if (k.defined()) k_f = compute_spectrum(k, fft);
     const at::Tensor u = dense(u_in), pregate = dense(pregate_in), postgate = dense(postgate_in);
     tk_fftconv::fwd_problem p{};
     p.u = u.data_ptr();

@@ -28,16 +28,6 @@ constexpr int spectrum_len(int fft) { return fft / 2 + 1; }
 
 enum class dtype { bf16, fp16, fp32 };
 
-struct spectrum_problem {
-    const void *k; // (heads, taps) contiguous
-    dtype k_type;  // fp32, bf16 or fp16
-    int heads, taps, fft;
-    float2 *k_f; // (heads, fft / 2 + 1) contiguous: rfft(k, fft)
-};
-
-// The filters' spectra (fp32 radix-2 FFTs, one block per head).
-cudaError_t spectrum(const spectrum_problem &p, cudaStream_t stream);
-
 struct fwd_problem {
     const void *u;                   // (batch, heads, len) contiguous, bf16 or fp16
     const void *pregate, *postgate;  // u's shape and dtype, contiguous, or null
