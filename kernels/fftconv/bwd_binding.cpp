@@ -10,13 +10,14 @@
 //   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernel on the time-reversed g, reversed back
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
-//   dk[m]  = sum_b sum_n g[n] v[n - m]   ATen's fp32 FFTs (not on our kernels yet)
+//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernel (on the CPU: ATen's FFTs, for the tests)
 //
 // The rules are the forward's (binding.h) and those of dy and the mask below; the CUDA, Meta and CPU kernels share
 // them as the forward's do. The CUDA and CPU kernels share the composition too (the CPU one for its tests, below).
 // autograd.cpp calls this op as the forward's autograd formula.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -82,12 +83,12 @@ struct gradients {
 at::Tensor reversed(const at::Tensor &t) { return t.defined() ? t.flip(-1) : t; }
 opt_tensor present(const at::Tensor &t) { return t.defined() ? opt_tensor(t) : std::nullopt; }
 
-// dk[h, m] = sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps, as the correlation irfft(G conj(V)) summed over the
-// batch. Any FFT size of at least N + taps - 1 keeps the circular correlation free of wrapped terms at those lags; the
-// kernels' size (a power of two, at least 2N) suits cuFFT. g and v are exact in fp32 (a product of two 16-bit
-// numbers has at most 22 significant bits), so the only roundings are the FFTs' own.
-at::Tensor filter_gradient(const at::Tensor &u, const at::Tensor &pregate, const at::Tensor &postgate,
-                           const at::Tensor &dy, int64_t taps, int fft) {
+// dk[h, m] = sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps (fp32), as the correlation irfft(G conj(V)) summed
+// over the batch, in ATen's FFTs: the CPU kernel's composition. Any FFT size of at least N + taps - 1 keeps the circular
+// correlation free of wrapped terms at those lags. g and v are exact in fp32 (a product of two 16-bit numbers has at
+// most 22 significant bits), so the only roundings are the FFTs' own.
+at::Tensor filter_gradient_fft(const at::Tensor &u, const at::Tensor &pregate, const at::Tensor &postgate,
+                               const at::Tensor &dy, int64_t taps, int fft) {
     at::Tensor g = dy.to(at::kFloat), v = u.to(at::kFloat);
     if (postgate.defined()) g.mul_(postgate);
     if (pregate.defined()) v.mul_(pregate);
@@ -100,11 +101,38 @@ at::Tensor filter_gradient(const at::Tensor &u, const at::Tensor &pregate, const
     return at::fft_irfft(products.sum(0), fft).narrow(-1, 0, taps);
 }
 
-// How the composition reaches the forward convolution (fftconv_fwd's arguments) and the filter's spectrum.
+// The same sum by the filter-gradient kernel (fp32; the arguments passed the rules, u is not empty).
+at::Tensor filter_gradient_cuda(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,
+                                const at::Tensor &dy_in, int64_t taps, int fft) {
+    const at::Tensor u = u_in.contiguous(), dy = dy_in.contiguous();
+    const at::Tensor pregate = pregate_in.defined() ? pregate_in.contiguous() : pregate_in;
+    const at::Tensor postgate = postgate_in.defined() ? postgate_in.contiguous() : postgate_in;
+    at::Tensor dk = at::zeros({u.size(1), taps}, u.options().dtype(at::kFloat));
+    tk_fftconv::dk_problem p{};
+    p.u = u.data_ptr();
+    p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
+    p.dy = dy.data_ptr();
+    p.postgate = postgate.defined() ? postgate.data_ptr() : nullptr;
+    p.dk = dk.data_ptr<float>();
+    p.batch = int(u.size(0));
+    p.heads = int(u.size(1));
+    p.len = int(u.size(2));
+    p.taps = int(taps);
+    p.fft = fft;
+    p.type = u.scalar_type() == at::kHalf ? tk_fftconv::dtype::fp16 : tk_fftconv::dtype::bf16;
+    const cudaError_t e = tk_fftconv::filter_gradient(p, at::cuda::getCurrentCUDAStream());
+    TORCH_CHECK(e == cudaSuccess, "tk_ops.fftconv filter-gradient kernel failed: ", cudaGetErrorString(e));
+    return dk;
+}
+
+// How the composition reaches the forward convolution (fftconv_fwd's arguments), the filter's spectrum and the
+// filter's gradient.
 struct forward_ops {
     at::Tensor (*conv)(const at::Tensor &, const opt_tensor &, const opt_tensor &, const opt_tensor &,
                        const opt_tensor &);
     at::Tensor (*spectrum)(const at::Tensor &, int64_t);
+    at::Tensor (*filter_gradient)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                  int64_t, int);
 };
 
 // The gradients from forward convolutions and dk's FFTs (the top of the file); the arguments passed the rules.
@@ -130,7 +158,7 @@ grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &
         if (mask[PRE]) at::mul_out(out.dpregate, dv, u);
     }
     if (mask[POST]) out.dpostgate = ops.conv(u, std::nullopt, present(pregate), dy, spectrum);
-    if (mask[K]) out.dk.copy_(filter_gradient(u, pregate, postgate, dy, k.size(1), fft));
+    if (mask[K]) out.dk.copy_(ops.filter_gradient(u, pregate, postgate, dy, k.size(1), fft));
     return out.tuple();
 }
 
@@ -145,7 +173,7 @@ grads_tuple bwd_cuda(const at::Tensor &u, const opt_tensor &k_opt, const opt_ten
     check_devices(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
                             {"the output's gradient", dy}});
     const c10::cuda::CUDAGuard guard(u.device());
-    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&fwd_cuda, &spectrum_cuda});
+    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&fwd_cuda, &spectrum_cuda, &filter_gradient_cuda});
 }
 
 // ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
@@ -190,7 +218,7 @@ grads_tuple bwd_cpu(const at::Tensor &u, const opt_tensor &k_opt, const opt_tens
     if (!(mask[U] || mask[PRE] || mask[POST]) || u.numel() == 0)
         reject_cpu(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
                              {"the output's gradient", dy}});
-    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&dispatched_conv, &dispatched_spectrum});
+    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&dispatched_conv, &dispatched_spectrum, &filter_gradient_fft});
 }
 
 } // namespace

@@ -40,4 +40,15 @@ struct fwd_problem {
 // y = postgate * causal_conv(u * pregate, k) through the spectrum (the caller checked everything).
 cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
 
+struct dk_problem {
+    const void *u, *pregate, *dy, *postgate; // (batch, heads, len) contiguous, one 16-bit type; gates may be null
+    float *dk;                               // (heads, taps) contiguous, zeroed by the caller; the gradient is added
+    int batch, heads, len, taps, fft;        // taps <= len, fft = fft_size(len)
+    dtype type;                              // bf16 or fp16
+};
+
+// dk[h, m] += sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps, g = dy * postgate, v = u * pregate: the filter's
+// gradient (the caller checked everything).
+cudaError_t filter_gradient(const dk_problem &p, cudaStream_t stream);
+
 } // namespace tk_fftconv

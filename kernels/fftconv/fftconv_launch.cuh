@@ -1,10 +1,14 @@
-// Host side of the FFT convolution forward: its grid for each built FFT size (launched from fftconv_fwd.cu).
+// Host side of the FFT convolution kernels: grids and dispatch by FFT size and type (launched from fftconv_fwd.cu and
+// fftconv_dk.cu).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <initializer_list>
 
 #include "fftconv.h"
+#include "fftconv_dk_kernel.cuh"
 #include "fftconv_fwd_kernel.cuh"
 
 namespace tk_fftconv {
@@ -19,39 +23,68 @@ template <auto KERNEL> inline cudaError_t allow_shared(int dev, int bytes) {
     return e;
 }
 
-// One block per SM (fewer when there are fewer pairs), each block's slots taking equal shares of the head-major
-// pairs. (Null gates count as aligned.)
-template <typename T, int L> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
-    using K = fftconv_fwd<T, L>;
+// One block per SM (fewer when there are fewer pairs), each block's slots taking equal shares of the head-major pairs.
+template <auto KERNEL, typename K> cudaError_t launch_pairs(const typename K::globals &g, int64_t pairs, cudaStream_t stream) {
     int dev = 0, sms = 0;
     if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
     if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
-    if (cudaError_t e = allow_shared<fftconv_fwd_kernel<K>>(dev, K::SHARED_BYTES); e != cudaSuccess) return e;
-    const int64_t items = int64_t((p.batch + 1) / 2) * p.heads;
-    const int blocks = int(std::min<int64_t>(sms, items));
-    const auto word_aligned = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
-    const bool paired = p.len % 2 == 0 && word_aligned(p.u) && word_aligned(p.pregate) && word_aligned(p.postgate) &&
-                        word_aligned(p.y);
-    const auto piece_aligned = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    const bool staged = p.len % 8 == 0 && piece_aligned(p.u) && piece_aligned(p.pregate);
-    const bool vectors = p.len % 8 == 0 && piece_aligned(p.y) && piece_aligned(p.postgate);
-    typename K::globals g{static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
-                          static_cast<const T *>(p.postgate), p.k_f, static_cast<T *>(p.y),
-                          p.batch, p.heads, p.len, paired ? 1 : 0, staged ? 1 : 0, vectors ? 1 : 0};
-    fftconv_fwd_kernel<K><<<blocks, K::THREADS, K::SHARED_BYTES, stream>>>(g);
+    if (cudaError_t e = allow_shared<KERNEL>(dev, K::SHARED_BYTES); e != cudaSuccess) return e;
+    KERNEL<<<int(std::min<int64_t>(sms, pairs)), K::THREADS, K::SHARED_BYTES, stream>>>(g);
     return cudaGetLastError();
 }
 
-template <typename T> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream) {
-    switch (p.fft) {
-    case 256: return launch_forward<T, 256>(p, stream);
-    case 512: return launch_forward<T, 512>(p, stream);
-    case 1024: return launch_forward<T, 1024>(p, stream);
-    case 2048: return launch_forward<T, 2048>(p, stream);
-    case 4096: return launch_forward<T, 4096>(p, stream);
-    case 8192: return launch_forward<T, 8192>(p, stream);
-    default: return cudaErrorInvalidValue;
+inline bool aligned(const void *ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; } // null: yes
+
+// The shape and access widths of rows read or written through the given pointers.
+template <typename layout> layout rows_layout(int batch, int heads, int len, std::initializer_list<const void *> rows) {
+    bool words = true, vectors = true;
+    for (const void *r : rows) {
+        words = words && aligned(r, 4);
+        vectors = vectors && aligned(r, 16);
     }
+    return layout{batch, heads, len, len % 2 == 0 && words, len % 8 == 0 && vectors};
 }
+
+template <typename T, int L> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
+    using K = fftconv_fwd<T, L>;
+    const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.postgate, p.y});
+    const bool staged = K::STAGED && p.len % 8 == 0 && aligned(p.u, 16) && aligned(p.pregate, 16);
+    const typename K::globals g{shape, static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
+                                static_cast<const T *>(p.postgate), p.k_f, static_cast<T *>(p.y), staged ? 1 : 0};
+    return launch_pairs<fftconv_fwd_kernel<K>, K>(g, int64_t((p.batch + 1) / 2) * p.heads, stream);
+}
+
+template <typename T, int L> cudaError_t launch_filter_gradient(const dk_problem &p, cudaStream_t stream) {
+    using K = fftconv_dk<T, L>;
+    const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.dy, p.postgate});
+    const typename K::globals g{shape, static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
+                                static_cast<const T *>(p.dy), static_cast<const T *>(p.postgate), p.dk, p.taps,
+                                sqrtf(float(L))};
+    return launch_pairs<fftconv_dk_kernel<K>, K>(g, int64_t((p.batch + 1) / 2) * p.heads, stream);
+}
+
+// Dispatch by the FFT size and the 16-bit type.
+template <template <typename, int> typename LAUNCH, typename P> cudaError_t for_each_size(const P &p, cudaStream_t stream) {
+    const auto typed = [&]<typename T>() -> cudaError_t {
+        switch (p.fft) {
+        case 256: return LAUNCH<T, 256>::run(p, stream);
+        case 512: return LAUNCH<T, 512>::run(p, stream);
+        case 1024: return LAUNCH<T, 1024>::run(p, stream);
+        case 2048: return LAUNCH<T, 2048>::run(p, stream);
+        case 4096: return LAUNCH<T, 4096>::run(p, stream);
+        case 8192: return LAUNCH<T, 8192>::run(p, stream);
+        default: return cudaErrorInvalidValue;
+        }
+    };
+    if (p.type == dtype::bf16) return typed.template operator()<kittens::bf16>();
+    if (p.type == dtype::fp16) return typed.template operator()<kittens::half>();
+    return cudaErrorInvalidValue;
+}
+template <typename T, int L> struct forward_launch {
+    static cudaError_t run(const fwd_problem &p, cudaStream_t stream) { return launch_forward<T, L>(p, stream); }
+};
+template <typename T, int L> struct filter_gradient_launch {
+    static cudaError_t run(const dk_problem &p, cudaStream_t stream) { return launch_filter_gradient<T, L>(p, stream); }
+};
 
 } // namespace tk_fftconv

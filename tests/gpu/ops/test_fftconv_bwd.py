@@ -17,11 +17,11 @@ from tk_ops.reference.fftconv import fftconv as conv_ref
 from ...util import requires_families
 from ..util import fresh_pool_with_nan, rel_err
 
-# ||grad - ref|| / ||ref|| by the gradient's dtype. du, dpregate and dpostgate come out of the forward kernel (on the
-# time-reversed dy * postgate, or with dy as its postgate), whose emulated rounding reaches 4.9e-3 (bf16) and 5.5e-4
-# (fp16) (docs/fftconv.md), plus at most one 16-bit product with a gate or u: the forward's bounds hold. dk is the
-# fp32 FFT correlation of exact fp32 products, rounded once to k's dtype: about 2e-7 in fp32.
-TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+# ||grad - ref|| / ||ref|| by the dtype of the computation (u's): du, dpregate and dpostgate come out of the forward
+# kernel (on the time-reversed dy * postgate, or with dy as its postgate), whose rounding reaches about 6e-3 (bf16) and
+# 6e-4 (fp16) (docs/fftconv.md), plus at most one 16-bit product with a gate or u; dk comes out of the filter-gradient
+# kernel, the same transforms in the same 16-bit type, summed over the batch in fp32.
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 # The same kernels under torch.compile, where inductor may fuse the loss's elementwise work and round once where
 # eager rounds after every op.
 COMPILE_TOL = 5e-3
@@ -72,8 +72,8 @@ def compare(got, want, x, what):
         grad = got[name]
         like = x[name]
         assert grad.shape == like.shape and grad.dtype == like.dtype, f"{what} d{name}: {grad.shape} {grad.dtype}"
-        err = rel_err(grad, ref)
-        assert err <= TOL[like.dtype], f"{what} d{name}: relative error {err:.3e} > {TOL[like.dtype]:.0e}"
+        err, tol = rel_err(grad, ref), max(TOL[x["u"].dtype], TOL.get(like.dtype, 0.0))  # a 16-bit k rounds dk once
+        assert err <= tol, f"{what} d{name}: relative error {err:.3e} > {tol:.0e}"
 
 
 @pytest.mark.parametrize("k_dtype", [torch.float32, torch.bfloat16], ids=["k_fp32", "k_bf16"])
@@ -145,7 +145,8 @@ def test_empty_batch():
 
 
 def test_reproducible():
-    """Each element of du, dpregate and dpostgate is written once by the forward kernel; dk is cuFFT and a sum."""
+    """Each element of du, dpregate and dpostgate is written once by the forward kernel; dk is a sum of fp32 atomic
+    additions (their order may vary)."""
     x = problem(3, 4, 1000, 1000, ("pregate", "postgate"))
     first, second = tk_grads(x, LEAVES), tk_grads(x, LEAVES)
     for name in ("u", "pregate", "postgate"):

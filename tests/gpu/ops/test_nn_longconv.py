@@ -13,11 +13,11 @@ from tk_ops.reference.fftconv import fftconv as conv_ref
 from ...util import requires_families
 from ..util import fresh_pool_with_nan, rel_err
 
-# ||out - ref|| / ||ref|| by the tensor's dtype. The output, du and the gates' gradients come out of the fftconv
-# kernels, whose bf16 / fp16 rounding reaches 4.9e-3 / 5.5e-4 (docs/fftconv.md), plus at most one 16-bit product:
-# the op's own bounds hold. The float32 parameters' gradients come from the filter gradient, fp32 FFTs of exact
-# products (about 1e-6), through the window in fp32; a wrong tap, window or gate is of order 1.
-TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
+# ||out - ref|| / ||ref|| by the input's dtype, that of the fftconv kernels' arithmetic. The output, every gradient
+# (the float32 parameters' through the filter gradient, then the window in fp32) come out of those kernels, whose
+# bf16 / fp16 rounding reaches about 6e-3 / 6e-4 (docs/fftconv.md), plus at most one 16-bit product: the op's own
+# bounds hold. A wrong tap, window or gate is of order 1.
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 # The same kernels under torch.compile, where inductor fuses the filter's elementwise work and the loss's.
 COMPILE_TOL = 5e-3
 GATES = {"none": (), "pre": ("pregate",), "post": ("postgate",), "both": ("pregate", "postgate")}
@@ -116,7 +116,7 @@ def test_gradients_match_the_composition(dtype, gates, n, max_len):
         like = getattr(m, name) if name in ("k", "log_decay", "D") else x[name]
         assert grad.shape == like.shape and grad.dtype == like.dtype, f"d{name}: {grad.shape} {grad.dtype}"
         err = rel_err(grad, want[name])
-        assert err <= TOL[grad.dtype], f"d{name}: relative error {err:.3e} > {TOL[grad.dtype]:.0e}"
+        assert err <= TOL[dtype], f"d{name}: relative error {err:.3e} > {TOL[dtype]:.0e}"
 
 
 def test_compiles_fullgraph_forward_and_backward():
@@ -138,7 +138,8 @@ def test_compiles_fullgraph_forward_and_backward():
     _, want = reference(m, dict(x, dy=weights), names)
     for name, c, e in zip(names, compiled, eager):
         err = rel_err(c, want[name])
-        assert err <= TOL[c.dtype], f"compiled d{name}: relative error {err:.3e} > {TOL[c.dtype]:.0e}"
+        tol = TOL[x["u"].dtype]
+        assert err <= tol, f"compiled d{name}: relative error {err:.3e} > {tol:.0e}"
         diff = rel_err(c, e)
         assert diff <= COMPILE_TOL, f"d{name}: compiled differs from eager by {diff:.2e}"
     with torch.no_grad():

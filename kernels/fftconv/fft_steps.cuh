@@ -1,0 +1,345 @@
+// The FFT engine of the FFT convolution kernels (docs/fftconv.md, "The forward kernel"): an L-point FFT in place on a
+// pair of shared-memory planes, L = R * 16^A (R in 1, 2, 4, 8; A >= 2), decimation in frequency, level by level. The
+// outer radix-R step runs on the CUDA cores as the input is loaded (fft_io.cuh); then one radix-16 step per level of
+// length LS = 16^A .. 16, each a product of the 16-point DFT matrix with 16-digit columns of the planes (mma.sync; the
+// matrix lives in registers, the columns arrive by ldmatrix) and a twiddle e^(-2 pi i j t / LS) per output. The
+// frequencies end in digit-reversed positions; the inverse runs the levels back (conjugate matrices and twiddles) and
+// leaves the samples in natural order. Complex products are real ones on stacked operands,
+// [Yr; Yi] = [[Fr, -Fi], [Fi, Fr]] [Xr; Xi], so nothing is recombined after the tensor cores. The DFT matrices carry
+// 1 / sqrt(16) (the radix-R steps 1 / sqrt(R)): every step is unitary, so every 16-bit intermediate stays at the scale
+// of the data and no 1 / L is needed at the end.
+//
+// Zero padding: samples n >= L / 2 are zero, so with R = 1 the first radix-16 step reads only digits 0..7 (half the
+// k-steps) and the last inverse step computes only digits 0..7 (the kept half).
+//
+// The work is dealt to "slots": groups of SLOT_WARPS warps, each transforming one pair of planes at a time.
+#pragma once
+
+#include "kittens.cuh"
+
+namespace tk_fftconv {
+using namespace kittens;
+
+// The outer radix R of L = R * 16^A, A >= 2: the smallest power of two leaving a power of 16.
+constexpr int outer_radix(int l) {
+    for (int r = 1;; r *= 2) {
+        int m = l / r;
+        while (m % 16 == 0) m /= 16;
+        if (m == 1) return r;
+    }
+}
+
+// Byte offset of element p of a 16-bit plane: the 16-byte chunk within each 128-byte line is XORed with a hash of the
+// line, so that the eight 16-byte rows one ldmatrix / stmatrix matrix touches (digits at a stride of 16^k elements,
+// or 8 consecutive 16-element columns) fall in eight different bank groups at every level (docs/fftconv.md).
+__device__ __forceinline__ uint32_t plane_offset(uint32_t p) {
+    const uint32_t b = 2 * p, line = b >> 7;
+    return b ^ (((line ^ (line >> 2) ^ (line >> 5) ^ (line >> 8)) & 7) << 4);
+}
+
+// e^(sign 2 pi i e / m) for an integer exponent, m a power of two (exact argument reduction, then sincospif).
+template <int SIGN> __device__ inline float2 root_of_unity(int e, int m) {
+    e &= m - 1;
+    float s, c;
+    sincospif(float(SIGN) * 2.f * float(e) / float(m), &s, &c);
+    return make_float2(c, s);
+}
+
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) { return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
+__device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ float2 cmul_conj(float2 a, float2 b) { return make_float2(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y); }
+
+template <typename T, int L> struct fft_steps {
+    static constexpr int R = outer_radix(L), M = L / R; // M = 16^A
+    static_assert(M >= 256, "fftconv: at least two radix-16 levels");
+    using T2 = base_types::packed_t<T>;
+
+    // Every radix-16 step is L / 16 columns of 16 digits, dealt to the slot's warps in 16-column units (two n = 8
+    // tiles of the mma). Enough warps per slot for two units each at the largest sizes; 16 warps per block.
+    static constexpr int UNITS = L / 256;
+    static constexpr int SLOT_WARPS = UNITS >= 4 ? (UNITS / 2 < 16 ? UNITS / 2 : 16) : 1;
+    static constexpr int WARPS = 16, THREADS = WARPS * WARP_THREADS, SLOTS = WARPS / SLOT_WARPS;
+    static constexpr int SLOT_THREADS = SLOT_WARPS * WARP_THREADS;
+    static_assert(UNITS % SLOT_WARPS == 0, "fftconv: every warp of a slot takes the same number of units");
+
+    // Twiddle tables of the radix-16 levels 256 and 4096 (where M reaches them), each in the fragment order of the
+    // step that reads it, so that a thread's four values are two 16-byte loads: FWD[lv] multiplies the outputs of the
+    // forward step at that level, INV[lv] the outputs of the inverse step one level below (the next one's inputs).
+    static constexpr int TW_LEVELS = M >= 4096 ? 2 : 1;
+    static constexpr int tw_level_len(int lv) { return lv == 0 ? 256 : 4096; }
+    static constexpr int tw_offset(int lv, bool inv) { return (lv == 0 ? 0 : 512) + (inv ? tw_level_len(lv) : 0); }
+    static constexpr int TW_LEN = TW_LEVELS == 2 ? 512 + 8192 : 512;
+    // The outer radix's twiddles e^(-2 pi i e / L) = HI[e / 64] LO[e % 64].
+    static constexpr int OUTER_TW = R > 1 ? L / 64 + 64 : 1;
+
+    struct alignas(128) planes {
+        T re[L], im[L]; // one complex sequence, in place through every step (plane_offset order)
+    };
+    struct tables { // shared by a block's slots, built once
+        float2 tw[TW_LEN];
+        float2 outer_tw[OUTER_TW];
+    };
+
+    __device__ static inline float to_float(T x) { return base_types::convertor<float, T>::convert(x); }
+    __device__ static inline uint32_t pack(float2 v) {
+        return detail::memory::bitcast<uint32_t>(base_types::convertor<T2, float2>::convert(v));
+    }
+    __device__ static inline float2 unpack(uint32_t v) {
+        return base_types::convertor<float2, T2>::convert(detail::memory::bitcast<T2>(v));
+    }
+    __device__ static inline void slot_sync(int q) {
+        if constexpr (SLOT_WARPS == 1) __syncwarp();
+        else asm volatile("bar.sync %0, %1;\n" ::"r"(q + 1), "n"(SLOT_THREADS) : "memory");
+    }
+
+    // ---------------------------------------------------------------------------------------------------------------
+    // The 16-point DFT / 4 as A fragments (rows j, columns k): real part, imaginary part and its negative.
+    struct dft16 {
+        uint32_t re[4], im[4], neg_im[4];
+    };
+    __device__ static inline dft16 make_dft16(int lane) {
+        dft16 f;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int j = lane / 4 + 8 * (r % 2), k = 2 * (lane % 4) + 8 * (r / 2);
+            float2 c[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) c[e] = root_of_unity<-1>(j * (k + e), 16);
+            f.re[r] = pack(make_float2(0.25f * c[0].x, 0.25f * c[1].x));
+            f.im[r] = pack(make_float2(0.25f * c[0].y, 0.25f * c[1].y));
+            f.neg_im[r] = pack(make_float2(-0.25f * c[0].y, -0.25f * c[1].y));
+        }
+        return f;
+    }
+
+    __device__ static inline void mma(float2 (&d)[2], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        detail::reg::mma_16x8x16<T>(d[0], d[1], a, b0, b1, d[0], d[1]);
+    }
+    // Y = F X (forward) or conj(F) X, X = (re: b[0], b[1]; im: b[2], b[3]) the two 8-digit halves of an n = 8 tile.
+    template <bool INVERSE> __device__ static inline void dft_tile(float2 (&yr)[2], float2 (&yi)[2], const dft16 &f,
+                                                                 const uint32_t (&b)[4]) {
+        yr[0] = yr[1] = yi[0] = yi[1] = make_float2(0.f, 0.f);
+        mma(yr, f.re, b[0], b[1]);
+        mma(yr, INVERSE ? f.im : f.neg_im, b[2], b[3]);
+        mma(yi, INVERSE ? f.neg_im : f.im, b[0], b[1]);
+        mma(yi, f.re, b[2], b[3]);
+    }
+
+    // One 16-column unit's ldmatrix / stmatrix row address for this lane: matrix lane / 8 of the x4, row lane % 8.
+    // Full units: two n = 8 tiles (c = 0, 1), matrices (re digits 0-7, re 8-15, im 0-7, im 8-15) per tile; at S = 1
+    // the columns are 16 contiguous digits each (non-transposed access), otherwise the digits are S apart.
+    template <int LS> __device__ static inline uint32_t tile_address(const planes &m, int tile, int lane) {
+        constexpr int S = LS / 16;
+        const int q = lane / 8, row = lane % 8;
+        const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(q >= 2 ? m.im : m.re));
+        if constexpr (S == 1) return base + plane_offset(16 * (8 * tile + row) + 8 * (q % 2));
+        else {
+            const int o = tile / (S / 8), i0 = tile % (S / 8) * 8;
+            return base + plane_offset(o * LS + (8 * (q % 2) + row) * S + i0);
+        }
+    }
+    // Half units (the top level when R = 1): matrices (re digits 0-7, im 0-7) of tile 2u, then of tile 2u + 1.
+    template <int LS> __device__ static inline uint32_t half_address(const planes &m, int unit, int lane) {
+        constexpr int S = LS / 16;
+        const int q = lane / 8, row = lane % 8, tile = 2 * unit + q / 2;
+        const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(q % 2 ? m.im : m.re));
+        const int o = tile / (S / 8), i0 = tile % (S / 8) * 8;
+        return base + plane_offset(o * LS + row * S + i0);
+    }
+
+    // Where value v (0..3: rows lane / 4 and + 8, columns 2 (lane % 4) and + 1) of a tile's output fragment sits in a
+    // table stored in fragment order: each of a warp's two 16-byte loads reads 512 contiguous bytes.
+    __device__ static inline int fragment_slot(int tile, int lane, int v) { return ((2 * tile + v / 2) * WARP_THREADS + lane) * 2 + v % 2; }
+
+    // Multiplies a tile's outputs by twiddles stored in its fragment order (index: tile within the table's period).
+    __device__ static inline void twiddle(float2 (&yr)[2], float2 (&yi)[2], const float2 *tw, int tile, int lane) {
+        const float4 w01 = *reinterpret_cast<const float4 *>(tw + fragment_slot(tile, lane, 0));
+        const float4 w23 = *reinterpret_cast<const float4 *>(tw + fragment_slot(tile, lane, 2));
+        const float2 w[4] = {make_float2(w01.x, w01.y), make_float2(w01.z, w01.w), make_float2(w23.x, w23.y),
+                             make_float2(w23.z, w23.w)};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float2 a = make_float2(yr[h].x, yi[h].x), b = make_float2(yr[h].y, yi[h].y);
+            a = cmul(a, w[2 * h]);
+            b = cmul(b, w[2 * h + 1]);
+            yr[h] = make_float2(a.x, b.x);
+            yi[h] = make_float2(a.y, b.y);
+        }
+    }
+    __device__ static inline void store_tile(uint32_t addr, const float2 (&yr)[2], const float2 (&yi)[2], bool trans) {
+        const uint32_t v[4] = {pack(yr[0]), pack(yr[1]), pack(yi[0]), pack(yi[1])};
+        if (trans) detail::memory::stmatrix_x4<true>(addr, v);
+        else detail::memory::stmatrix_x4<false>(addr, v);
+    }
+
+    // Each warp's units of a step, all loaded before any is computed and all computed before any is stored, so that
+    // the loads' latencies overlap (units wq, wq + SLOT_WARPS, ..; tiles 2 unit, 2 unit + 1).
+    static constexpr int WARP_UNITS = UNITS / SLOT_WARPS, WARP_TILES = 2 * WARP_UNITS;
+    __device__ static inline int tile_of(int wq, int i) { return 2 * (wq + i / 2 * SLOT_WARPS) + i % 2; }
+
+    // A forward radix-16 step at level LS (> 16): DFT down each column, twiddles e^(-2 pi i j t / LS).
+    // TOP_HALF: the top level with R = 1, whose digits 8..15 are zero padding.
+    template <int LS, bool TOP_HALF> __device__ static inline void forward_step(planes &m, const dft16 &f,
+                                                                              const float2 *tw, int wq, int lane) {
+        constexpr int PERIOD = LS / 128; // tiles per LS-block: the twiddles' period
+        uint32_t b[WARP_TILES][4];
+        float2 yr[WARP_TILES][2], yi[WARP_TILES][2];
+        if constexpr (TOP_HALF) {
+#pragma unroll
+            for (int u = 0; u < WARP_UNITS; u++) { // b[2u] = (tile 2u re, im; tile 2u+1 re, im) digits 0..7
+                detail::memory::ldmatrix_x4<true>(b[2 * u], half_address<LS>(m, wq + u * SLOT_WARPS, lane));
+            }
+            // [Yr; Yi] = [[Fr, -Fi], [Fi, Fr]] restricted to the input digits 0..7 (k-columns 0..7 of each block).
+            const uint32_t a_re[4] = {f.re[0], f.re[1], f.neg_im[0], f.neg_im[1]};
+            const uint32_t a_im[4] = {f.im[0], f.im[1], f.re[0], f.re[1]};
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) {
+                const uint32_t *x = b[i / 2 * 2] + 2 * (i % 2);
+                yr[i][0] = yr[i][1] = yi[i][0] = yi[i][1] = make_float2(0.f, 0.f);
+                mma(yr[i], a_re, x[0], x[1]);
+                mma(yi[i], a_im, x[0], x[1]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) detail::memory::ldmatrix_x4<true>(b[i], tile_address<LS>(m, tile_of(wq, i), lane));
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) dft_tile<false>(yr[i], yi[i], f, b[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) twiddle(yr[i], yi[i], tw, tile_of(wq, i) % PERIOD, lane);
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i], false);
+    }
+
+    // The level-16 steps, whose columns are 16 contiguous elements: the forward DFT into output fragments (yr, yi: the
+    // warp's tiles, values in fragment_slot order), and the inverse DFT from such fragments (movmatrix turns a product's
+    // output fragments into the next product's B fragments) followed by the twiddles of the inverse step at level 256.
+    using fragments = float2[WARP_TILES][2];
+    __device__ static inline void middle_forward(const planes &m, const dft16 &f, int wq, int lane, fragments &yr,
+                                                 fragments &yi) {
+        uint32_t b[WARP_TILES][4];
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) detail::memory::ldmatrix_x4<false>(b[i], tile_address<16>(m, tile_of(wq, i), lane));
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) dft_tile<false>(yr[i], yi[i], f, b[i]);
+    }
+    __device__ static inline void middle_inverse(planes &m, const dft16 &f, const tables &s, int wq, int lane,
+                                                 fragments &yr, fragments &yi) {
+        uint32_t b[WARP_TILES][4];
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) {
+            b[i][0] = detail::reg::movmatrix_trans(pack(yr[i][0]));
+            b[i][1] = detail::reg::movmatrix_trans(pack(yr[i][1]));
+            b[i][2] = detail::reg::movmatrix_trans(pack(yi[i][0]));
+            b[i][3] = detail::reg::movmatrix_trans(pack(yi[i][1]));
+        }
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) dft_tile<true>(yr[i], yi[i], f, b[i]);
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) twiddle(yr[i], yi[i], s.tw + tw_offset(0, true), tile_of(wq, i) % 2, lane);
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<16>(m, tile_of(wq, i), lane), yr[i], yi[i], true);
+    }
+
+    // An inverse radix-16 step at level LS (> 16): conjugate DFT down each column (its inputs already twiddled), then
+    // the next level's input twiddles (TW_NEXT) or, at the top with R = 1 (TOP_HALF), only the kept digits 0..7.
+    template <int LS, bool TOP_HALF, bool TW_NEXT> __device__ static inline void inverse_step(planes &m, const dft16 &f,
+                                                                                           const float2 *tw_next, int wq,
+                                                                                           int lane) {
+        constexpr int NEXT_PERIOD = LS / 8; // tiles per 16 LS-block
+        uint32_t b[WARP_TILES][4];
+        float2 yr[WARP_TILES][2], yi[WARP_TILES][2];
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) detail::memory::ldmatrix_x4<true>(b[i], tile_address<LS>(m, tile_of(wq, i), lane));
+        if constexpr (TOP_HALF) {
+            // Rows 0..7: Yr of digits 0..7 = Fr Xr + Fi Xi; rows 8..15: Yi = -Fi Xr + Fr Xi.
+            const uint32_t a_r[4] = {f.re[0], f.neg_im[0], f.re[2], f.neg_im[2]};
+            const uint32_t a_i[4] = {f.im[0], f.re[0], f.im[2], f.re[2]};
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) {
+                yr[i][0] = yr[i][1] = make_float2(0.f, 0.f);
+                mma(yr[i], a_r, b[i][0], b[i][1]);
+                mma(yr[i], a_i, b[i][2], b[i][3]);
+            }
+#pragma unroll
+            for (int u = 0; u < WARP_UNITS; u++) {
+                const uint32_t v[4] = {pack(yr[2 * u][0]), pack(yr[2 * u][1]), pack(yr[2 * u + 1][0]), pack(yr[2 * u + 1][1])};
+                detail::memory::stmatrix_x4<false>(half_address<LS>(m, wq + u * SLOT_WARPS, lane), v);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) dft_tile<true>(yr[i], yi[i], f, b[i]);
+            if constexpr (TW_NEXT) {
+#pragma unroll
+                for (int i = 0; i < WARP_TILES; i++) twiddle(yr[i], yi[i], tw_next, tile_of(wq, i) % NEXT_PERIOD, lane);
+            }
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i], false);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------------------------
+    // The twiddle tables, by the whole block.
+    __device__ static inline void build_twiddles(tables &s) {
+        for (int idx = threadIdx.x; idx < TW_LEN; idx += THREADS) {
+            const int lv = idx < 512 ? 0 : 1, base = lv == 0 ? 0 : 512, len = tw_level_len(lv);
+            const bool inv = idx - base >= len;
+            const int local = idx - base - (inv ? len : 0);
+            const int tile = local / 128, lane = local / 2 % 32, v = local / 64 % 2 * 2 + local % 2; // fragment_slot
+            const int hi = lane / 4 + 8 * (v / 2), col = 2 * (lane % 4) + v % 2; // output digit, column in the tile
+            const int ls = len, st = ls / 16;                                   // the level the twiddle belongs to
+            int e;
+            if (!inv) e = hi * (8 * tile + col); // forward step at level ls: digit j = hi, position 8 tile + col
+            else if (st / 16 == 1) e = (8 * tile + col) * hi; // inverse step at level 16: column o < 16, digit hi
+            else {                                            // inverse step at level ls / 16, digit stride st / 16
+                const int s_below = st / 16, per = s_below / 8;
+                e = (tile / per) * (hi * s_below + tile % per * 8 + col);
+            }
+            s.tw[idx] = inv ? root_of_unity<1>(e, ls) : root_of_unity<-1>(e, ls);
+        }
+        if constexpr (R > 1) {
+            for (int i = threadIdx.x; i < OUTER_TW; i += THREADS)
+                s.outer_tw[i] = i < 64 ? root_of_unity<-1>(i, L) : root_of_unity<-1>(64 * (i - 64), L);
+        }
+    }
+    __device__ static inline float2 outer_twiddle(const tables &s, int e) {
+        e &= L - 1;
+        return cmul(s.outer_tw[64 + e / 64], s.outer_tw[e % 64]);
+    }
+
+    // Frequency at plane position p (p = j_0 M + j_1 M / 16 + .. + j_A): j_0 + R (j_1 + 16 j_2 + ..), the digits reversed.
+    __device__ static inline int frequency_at(int p) {
+        int f = p / M, scale = R;
+        p %= M;
+        for (int stride = M / 16; stride >= 1; stride /= 16) {
+            f += (p / stride) * scale;
+            p %= stride;
+            scale *= 16;
+        }
+        return f;
+    }
+    // Forward levels M .. 256 (recursively: level LS, then LS / 16).
+    template <int LS> __device__ static inline void forward_levels(planes &m, const tables &s, const dft16 &f,
+                                                                 int q, int wq, int lane) {
+        if constexpr (LS >= 256) {
+            constexpr int lv = LS == 256 ? 0 : 1;
+            static_assert(LS == 256 || LS == 4096, "fftconv: twiddle tables exist for levels 256 and 4096");
+            forward_step<LS, R == 1 && LS == M>(m, f, s.tw + tw_offset(lv, false), wq, lane);
+            slot_sync(q);
+            forward_levels<LS / 16>(m, s, f, q, wq, lane);
+        }
+    }
+    // Inverse levels 256 .. M.
+    template <int LS> __device__ static inline void inverse_levels(planes &m, const tables &s, const dft16 &f,
+                                                                 int q, int wq, int lane) {
+        if constexpr (LS <= M) {
+            constexpr bool top = LS == M;
+            inverse_step<LS, R == 1 && top, !top>(m, f, top ? nullptr : s.tw + tw_offset(1, true), wq, lane);
+            slot_sync(q);
+            inverse_levels<LS * 16>(m, s, f, q, wq, lane);
+        }
+    }
+
+};
+
+} // namespace tk_fftconv

@@ -1,0 +1,158 @@
+// The FFT convolution's filter gradient (docs/fftconv.md, "Backward"):
+//     dk[h, m] = sum_b sum_n g[b, h, n] v[b, h, n - m],  m < taps,  g = dy * postgate, v = u * pregate,
+// a correlation, so in frequency sum_b conj(V_b) G_b, inverse-transformed once per head.
+//
+// A slot takes pairs of rows as the forward does: with Zv = FFT(v_b + i v_(b+1)) and Zg = FFT(g_b + i g_(b+1)),
+// conj(Zv) Zg = conj(V_b) G_b + conj(V_(b+1)) G_(b+1) + i (conj(V_b) G_(b+1) - conj(V_(b+1)) G_b), and both brackets
+// transform back to real sequences (correlations of real rows), so the real part of the inverse of the sum over pairs
+// is the sum of the rows' correlations. Per pair: the forward FFTs of the v pair and the g pair (fft_steps.cuh), whose
+// level-16 outputs meet in registers; their product is added into an fp32 accumulator in the same fragment order.
+// When the slot's head changes (and at its end) the accumulator is transformed back and its real part added into dk
+// (fp32, zeroed by the caller; several slots may share a head). Unitary transforms: dk = sqrt(L) Re(IFFT_u(sum)).
+#pragma once
+
+#include "fft_io.cuh"
+#include "fftconv.h"
+
+namespace tk_fftconv {
+
+template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
+    using IO = fft_io<T, L>;
+    using S = fft_steps<T, L>;
+    using S::M;
+    using S::SLOT_THREADS;
+    using S::SLOT_WARPS;
+    using S::SLOTS;
+    using S::WARP_TILES;
+    using typename IO::layout;
+    using typename IO::pair_rows;
+    using typename IO::planes;
+    using typename IO::source;
+    using typename IO::tables;
+    static constexpr int V = IO::V, THREADS = S::THREADS;
+
+    // zv and acc belong to their lanes (fragment order, the tiles each warp always takes): no barrier guards them.
+    struct alignas(128) slot_memory {
+        planes p;
+        uint4 zv[L / 4];  // the v pair's level-16 outputs, 16-bit: four complex values per lane and tile
+        float2 acc[L];    // sum over the head's pairs of conj(Zv) Zg (fragment_slot order)
+    };
+    struct shared_block {
+        tables t;
+        slot_memory slot[SLOTS];
+    };
+    static constexpr int SHARED_BYTES = int(sizeof(shared_block));
+    static_assert(SHARED_BYTES + 1024 <= MAX_SHARED_MEMORY, "fftconv: a block's shared memory exceeds the SM's");
+
+    struct globals {
+        layout shape;
+        const T *u, *pregate, *dy, *postgate; // gates may be null
+        float *dk;                            // (heads, taps), zeroed
+        int taps;
+        float scale; // sqrt(L)
+    };
+
+    // The values of a tile's output fragments in fragment_slot order (v = 2 h + e: row half h, column e).
+    __device__ static inline float2 value(const float2 (&yr)[2], const float2 (&yi)[2], int v) {
+        return v % 2 ? make_float2(yr[v / 2].y, yi[v / 2].y) : make_float2(yr[v / 2].x, yi[v / 2].x);
+    }
+
+    // Inverse-transform the accumulated spectrum of a head, add sqrt(L) times its real part at lags < taps into dk,
+    // and clear the accumulator.
+    __device__ static inline void finish(const globals &g, slot_memory &m, const tables &t, const typename S::dft16 &f,
+                                         int head, int q, int wq, int lane, int tid) {
+        typename S::fragments yr, yi;
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++) {
+            float2 a[4];
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float2 &c = m.acc[S::fragment_slot(S::tile_of(wq, i), lane, v)];
+                a[v] = c;
+                c = make_float2(0.f, 0.f);
+            }
+            yr[i][0] = make_float2(a[0].x, a[1].x);
+            yi[i][0] = make_float2(a[0].y, a[1].y);
+            yr[i][1] = make_float2(a[2].x, a[3].x);
+            yi[i][1] = make_float2(a[2].y, a[3].y);
+        }
+        S::slot_sync(q); // every warp is done reading the planes
+        S::middle_inverse(m.p, f, t, wq, lane, yr, yi);
+        S::slot_sync(q);
+        S::template inverse_levels<256>(m.p, t, f, q, wq, lane);
+        float *dk = g.dk + size_t(head) * g.taps;
+        const int limit = g.taps < L / 2 ? g.taps : L / 2;
+        IO::store_output(t, m.p, limit, tid, [&](int n0, const float (&re)[V], const float (&)[V]) {
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                if (n0 + e < g.taps) atomicAdd(dk + n0 + e, g.scale * re[e]);
+        });
+    }
+
+    // One pair's forward transform, from the load to the level-16 outputs.
+    __device__ static inline void transform(const globals &g, slot_memory &m, const tables &t, const typename S::dft16 &f,
+                                            source src, const pair_rows &rows, int q, int wq, int lane, int tid,
+                                            typename S::fragments &yr, typename S::fragments &yi) {
+        S::slot_sync(q); // the planes are free
+        IO::load_input(t, m.p, nullptr, g.shape, src, rows, tid);
+        S::slot_sync(q);
+        S::template forward_levels<M>(m.p, t, f, q, wq, lane);
+        S::middle_forward(m.p, f, wq, lane, yr, yi);
+    }
+
+    __device__ static inline void run(const globals &g) {
+        extern __shared__ alignment_dummy shm[];
+        if (smem_addr(shm) % 128 != 0) __trap(); // plane_offset's swizzle assumes 128-byte aligned planes
+        shared_block &s = *reinterpret_cast<shared_block *>(shm);
+        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
+        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        slot_memory &m = s.slot[q];
+        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads, workers = int64_t(gridDim.x) * SLOTS;
+        const int64_t worker = int64_t(blockIdx.x) * SLOTS + q;
+        const int first = int(items * worker / workers), last = int(items * (worker + 1) / workers);
+        S::build_twiddles(s.t);
+        const typename S::dft16 f = S::make_dft16(lane);
+#pragma unroll
+        for (int i = 0; i < WARP_TILES; i++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) m.acc[S::fragment_slot(S::tile_of(wq, i), lane, v)] = make_float2(0.f, 0.f);
+        __syncthreads();
+        int head = -1;
+        for (int item = first; item < last; item++) {
+            const pair_rows rows = IO::rows_of(g.shape, item);
+            if (rows.head != head) {
+                if (head >= 0) finish(g, m, s.t, f, head, q, wq, lane, tid);
+                head = rows.head;
+            }
+            typename S::fragments yr, yi;
+            transform(g, m, s.t, f, source{g.u, g.pregate}, rows, q, wq, lane, tid, yr, yi);
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) {
+                uint4 z;
+                z.x = S::pack(value(yr[i], yi[i], 0));
+                z.y = S::pack(value(yr[i], yi[i], 1));
+                z.z = S::pack(value(yr[i], yi[i], 2));
+                z.w = S::pack(value(yr[i], yi[i], 3));
+                m.zv[S::tile_of(wq, i) * WARP_THREADS + lane] = z;
+            }
+            transform(g, m, s.t, f, source{g.dy, g.postgate}, rows, q, wq, lane, tid, yr, yi);
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) {
+                const uint4 z = m.zv[S::tile_of(wq, i) * WARP_THREADS + lane];
+                const uint32_t zw[4] = {z.x, z.y, z.z, z.w};
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    float2 &c = m.acc[S::fragment_slot(S::tile_of(wq, i), lane, v)];
+                    c = cadd(c, cmul_conj(value(yr[i], yi[i], v), S::unpack(zw[v]))); // Zg conj(Zv)
+                }
+            }
+        }
+        if (head >= 0) finish(g, m, s.t, f, head, q, wq, lane, tid);
+    }
+};
+
+template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_dk_kernel(const __grid_constant__ typename K::globals g) {
+    K::run(g);
+}
+
+} // namespace tk_fftconv
