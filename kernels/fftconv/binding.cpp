@@ -1,7 +1,8 @@
 // The FFT convolution ops as torch sees them (schemas, and their CUDA, Meta and CPU kernels):
 //
 //   fftconv_fwd(u, k, pregate, postgate, k_f) -> y          y = postgate * causal_conv(u * pregate, k)
-//   fftconv_spectrum(k, n) -> k_f                            rfft(k, L) for sequences of length n (fftconv.h)
+//   fftconv_spectrum(k, n) -> k_f                            the filter's spectrum for sequences of length n (fftconv.h):
+//                                                            rfft(k, L), or per filter block on the block path
 //
 // The backward op, fftconv_bwd, is in bwd_binding.cpp and its autograd formula in autograd.cpp; binding.h names what
 // they use of this file.
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "binding.h"
 #include "common/checks.h"
@@ -31,26 +33,20 @@ using namespace tk_kernels;
 
 constexpr const char *SPECTRUM = "tk_ops.fftconv_spectrum";
 
-// "256, 512, ..., 8192": the FFT sizes built, for messages.
-std::string built_sizes() {
-    std::string s;
-    for (int l = tk_fftconv::MIN_FFT_SIZE; l <= tk_fftconv::MAX_FFT_SIZE; l *= 2)
-        s += (s.empty() ? "" : ", ") + std::to_string(l);
-    return s;
-}
-
 // ---------------------------------------------------------------- the rules
 
-// The sequence length n: at least 1 and within the built FFT sizes. It picks the kernel, so a symbolic one is
-// specialised here. Returns the FFT size.
+// The sequence length n: from 1 to MAX_LEN. It picks the kernel, so a symbolic one is specialised here. Returns the
+// FFT size.
 int length_rule(const char *op, const c10::SymInt &n_sym, const char *what) {
     const int64_t n = n_sym.guard_int(__FILE__, __LINE__);
     check_input(n >= 1, op, ": ", what, " must be at least 1, got ", n);
-    check_input(n <= tk_fftconv::MAX_LEN, op, ": ", what, " = ", n, " is longer than the longest sequence built so far, ",
-                tk_fftconv::MAX_LEN, " (FFT sizes ", built_sizes(), " are built, and a sequence of length N needs one of "
-                "at least 2N); longer sequences are not supported yet");
+    check_input(n <= tk_fftconv::MAX_LEN, op, ": ", what, " = ", n, " is longer than the longest sequence supported, ",
+                tk_fftconv::MAX_LEN);
     return tk_fftconv::fft_size(n);
 }
+
+// Whether sequences of length n take the block path, and the spectrum's shape for a filter of `taps` taps there.
+bool block_path(int64_t n) { return n > tk_fftconv::ONCHIP_LEN; }
 
 // The filter k: (H, Nk) with 1 <= Nk <= n, float32 (bfloat16 and float16 accepted); `heads` is u's H when known.
 void filter_rules(const char *op, const at::Tensor &k, const c10::SymInt *heads, const c10::SymInt &n) {
@@ -90,10 +86,19 @@ int fwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregat
         check_dtype(k_f.scalar_type() == at::kComplexFloat, FFTCONV,
                     ": k_f must be complex64, as tk_ops.fftconv_spectrum returns it, got ", k_f.scalar_type());
         const int64_t bins = tk_fftconv::spectrum_len(fft);
-        check_input(k_f.dim() == 2 && k_f.sym_size(0) == H && k_f.sym_size(1) == bins, FFTCONV,
-                    ": k_f must be (H, L / 2 + 1) = (", H, ", ", bins, ") for sequences of length N = ", N,
-                    " (FFT size L = ", fft, "), as tk_ops.fftconv_spectrum(k, N) returns it, got shape ",
-                    k_f.sym_sizes());
+        if (block_path(N.guard_int(__FILE__, __LINE__))) {
+            const int64_t blocks = tk_fftconv::blocks_of(N.guard_int(__FILE__, __LINE__));
+            check_input(k_f.dim() == 3 && k_f.sym_size(0) == H && k_f.sym_size(1) >= 1 && k_f.sym_size(1) <= blocks &&
+                            k_f.sym_size(2) == bins,
+                        FFTCONV, ": k_f must be (H, J, ", bins, ") with H = ", H, " and 1 <= J <= ", blocks,
+                        " for sequences of length N = ", N, " (filter blocks of ", tk_fftconv::BLOCK_LEN,
+                        " taps), as tk_ops.fftconv_spectrum(k, N) returns it, got shape ", k_f.sym_sizes());
+        } else {
+            check_input(k_f.dim() == 2 && k_f.sym_size(0) == H && k_f.sym_size(1) == bins, FFTCONV,
+                        ": k_f must be (H, L / 2 + 1) = (", H, ", ", bins, ") for sequences of length N = ", N,
+                        " (FFT size L = ", fft, "), as tk_ops.fftconv_spectrum(k, N) returns it, got shape ",
+                        k_f.sym_sizes());
+        }
     }
     // The kernels index rows of u with 32-bit integers.
     check_input(u.sym_size(0) * H < (int64_t(1) << 31), FFTCONV, ": problem too large");
@@ -115,12 +120,14 @@ at::Tensor empty_output(const at::Tensor &u) {
     return at::empty_symint(u.sym_sizes(), u.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
-at::Tensor empty_spectrum(const at::Tensor &like, const c10::SymInt &heads, int fft) {
+// The spectrum of a filter of `taps` taps for sequences of length n: (heads, L / 2 + 1), or on the block path
+// (heads, blocks_of(taps), BLOCK_FFT / 2 + 1).
+at::Tensor empty_spectrum(const at::Tensor &like, const c10::SymInt &heads, int64_t taps, int64_t n, int fft) {
     const int64_t bins = tk_fftconv::spectrum_len(fft);
-    if (like.is_cuda())
-        return at::detail::empty_cuda({heads.guard_int(__FILE__, __LINE__), bins}, at::kComplexFloat, like.device(),
-                                      std::nullopt);
-    return at::empty_symint({heads, c10::SymInt(bins)}, like.options().dtype(at::kComplexFloat));
+    std::vector<int64_t> shape{heads.guard_int(__FILE__, __LINE__), bins};
+    if (block_path(n)) shape.insert(shape.begin() + 1, tk_fftconv::blocks_of(taps));
+    if (like.is_cuda()) return at::detail::empty_cuda(shape, at::kComplexFloat, like.device(), std::nullopt);
+    return at::empty(shape, like.options().dtype(at::kComplexFloat));
 }
 
 // ---------------------------------------------------------------- CUDA
@@ -138,18 +145,24 @@ tk_fftconv::dtype kernel_type(at::ScalarType t) {
     return tk_fftconv::dtype::fp32;
 }
 
-// rfft(k, fft), complex64 (heads, fft / 2 + 1): cuFFT in fp32 (k is checked). It runs on H rows once per call, beside
-// the B H / 2 pair transforms of the forward kernel.
-at::Tensor compute_spectrum(const at::Tensor &k, int fft) {
-    if (k.size(0) == 0) return empty_spectrum(k, k.sym_size(0), fft);
-    return at::fft_rfft(k.to(at::kFloat), fft, -1).contiguous();
+// The filter's spectrum (empty_spectrum's shape), by cuFFT in fp32 (k is checked): rfft(k, fft), or on the block path
+// the rfft at fft points of each block of BLOCK_LEN taps (the last one zero-padded). It runs on H rows once per call,
+// beside the B H / 2 pair transforms of the forward kernels.
+at::Tensor compute_spectrum(const at::Tensor &k, int64_t n, int fft) {
+    if (k.size(0) == 0) return empty_spectrum(k, k.sym_size(0), k.size(1), n, fft);
+    at::Tensor taps = k.to(at::kFloat);
+    if (block_path(n)) {
+        const int64_t blocks = tk_fftconv::blocks_of(k.size(1));
+        taps = at::constant_pad_nd(taps, {0, blocks * tk_fftconv::BLOCK_LEN - k.size(1)}).view({k.size(0), blocks, tk_fftconv::BLOCK_LEN});
+    }
+    return at::fft_rfft(taps, fft, -1).contiguous();
 }
 
 at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
     const int fft = spectrum_rules(k, n);
     check_devices(SPECTRUM, {{"k", k}});
     const c10::cuda::CUDAGuard guard(k.device());
-    return compute_spectrum(k, fft);
+    return compute_spectrum(k, n, fft);
 }
 
 at::Tensor fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
@@ -163,8 +176,26 @@ at::Tensor fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_t
     at::Tensor y = empty_output(u_in);
     if (y.numel() == 0) return y;
     at::Tensor k_f = k_f_in.defined() ? k_f_in.resolve_conj().contiguous() : k_f_in; // a lazy conj() view is data
-    if (k.defined()) k_f = compute_spectrum(k, fft);
+    if (k.defined()) k_f = compute_spectrum(k, u_in.size(2), fft);
     const at::Tensor u = dense(u_in), pregate = dense(pregate_in), postgate = dense(postgate_in);
+    if (block_path(u.size(2))) {
+        tk_fftconv::long_problem p{};
+        p.u = u.data_ptr();
+        p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
+        p.postgate = postgate.defined() ? postgate.data_ptr() : nullptr;
+        p.k_f = reinterpret_cast<const float2 *>(k_f.data_ptr());
+        p.y = y.data_ptr();
+        p.batch = int(u.size(0));
+        p.heads = int(u.size(1));
+        p.len = int(u.size(2));
+        p.kblocks = int(k_f.size(1));
+        p.type = kernel_type(u.scalar_type());
+        const at::Tensor workspace = at::empty({int64_t(tk_fftconv::long_workspace_bytes(p.batch, p.heads, p.len))},
+                                               u.options().dtype(at::kByte));
+        p.workspace = workspace.data_ptr();
+        check_launch(tk_fftconv::long_forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv block kernels");
+        return y;
+    }
     tk_fftconv::fwd_problem p{};
     p.u = u.data_ptr();
     p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
@@ -191,7 +222,7 @@ at::Tensor fftconv_fwd_meta(const at::Tensor &u, const opt_tensor &k, const opt_
 
 at::Tensor fftconv_spectrum_meta(const at::Tensor &k, int64_t n) {
     const int fft = spectrum_rules(k, n);
-    return empty_spectrum(k, k.sym_size(0), fft);
+    return empty_spectrum(k, k.sym_size(0), k.sym_size(1).guard_int(__FILE__, __LINE__), n, fft);
 }
 
 // ---------------------------------------------------------------- CPU: the op's rules, then the device rule

@@ -10,7 +10,8 @@
 //   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernel on the time-reversed g, reversed back
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
-//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernel (on the CPU: ATen's FFTs, for the tests)
+//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernel up to ONCHIP_LEN, ATen's FFTs past it (and on the
+//                                        CPU, for the tests)
 //
 // The rules are the forward's (binding.h) and those of dy and the mask below; the CUDA, Meta and CPU kernels share
 // them as the forward's do. The CUDA and CPU kernels share the composition too (the CPU one for its tests, below).
@@ -158,7 +159,12 @@ grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &
         if (mask[PRE]) at::mul_out(out.dpregate, dv, u);
     }
     if (mask[POST]) out.dpostgate = ops.conv(u, std::nullopt, present(pregate), dy, spectrum);
-    if (mask[K]) out.dk.copy_(ops.filter_gradient(u, pregate, postgate, dy, k.size(1), fft));
+    if (mask[K]) {
+        // The filter-gradient kernel transforms whole rows on chip; past ONCHIP_LEN the correlation runs in ATen's FFTs.
+        const int64_t n = u.size(2);
+        const auto gradient = n > tk_fftconv::ONCHIP_LEN ? &filter_gradient_fft : ops.filter_gradient;
+        out.dk.copy_(gradient(u, pregate, postgate, dy, k.size(1), int(n > tk_fftconv::ONCHIP_LEN ? tk_fftconv::correlation_size(n) : fft)));
+    }
     return out.tuple();
 }
 

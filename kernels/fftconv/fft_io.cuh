@@ -38,8 +38,9 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
     };
 
     struct pair_rows {
-        size_t row0, row1; // element offsets of rows b and b + 1 (row1 = row0 where b + 1 does not exist)
+        size_t row0, row1; // element offsets of the rows' first samples (row1 = row0 where b + 1 does not exist)
         int head;
+        int valid; // samples that exist from there (the rest read as zero)
         bool second;
     };
     // Items are head-major: item = head * pairs + pair.
@@ -48,6 +49,7 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         pair_rows r;
         r.head = h;
         r.second = b0 + 1 < g.batch;
+        r.valid = g.len;
         r.row0 = (size_t(b0) * g.heads + h) * g.len;
         r.row1 = r.second ? r.row0 + size_t(g.heads) * g.len : r.row0;
         return r;
@@ -61,7 +63,7 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         for (int r = 0; r < 2; r++) {
             const size_t row = r ? rows.row1 : rows.row0;
             const uint32_t bytes = (r == 0 || rows.second) ? 16 : 0;
-            for (int at = 8 * tid; at < g.len; at += 8 * SLOT_THREADS) {
+            for (int at = 8 * tid; at < rows.valid; at += 8 * SLOT_THREADS) {
                 detail::memory::cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(&raw.data[r][at])), src.data + row + at, bytes);
                 if (src.gate)
                     detail::memory::cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(&raw.gate[r][at])),
@@ -101,9 +103,9 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
     // Samples n, n + 1 (n even) of row r of the pair from global memory, times their gates, zero past the sequence or
     // the batch.
     __device__ static inline float2 input_pair(const layout &g, source src, const pair_rows &rows, int r, int n) {
-        if (n >= g.len || (r == 1 && !rows.second)) return make_float2(0.f, 0.f);
+        if (n >= rows.valid || (r == 1 && !rows.second)) return make_float2(0.f, 0.f);
         const size_t row = r ? rows.row1 : rows.row0;
-        if (g.paired) {
+        if (g.paired && n + 1 < rows.valid) {
             float2 x = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(src.data + row + n));
             if (src.gate) {
                 const float2 p = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(src.gate + row + n));
@@ -112,7 +114,7 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
             return x;
         }
         const auto one = [&](int i) {
-            if (i >= g.len) return 0.f;
+            if (i >= rows.valid) return 0.f;
             const float x = S::to_float(src.data[row + i]);
             return src.gate ? x * S::to_float(src.gate[row + i]) : x;
         };
@@ -123,12 +125,12 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
     // the batch: from raw when it is given (staged), else by vector loads where the layout allows.
     __device__ static inline void input_v(const raw_rows *raw, const layout &g, source src, const pair_rows &rows, int r,
                                           int n0, float (&x)[V]) {
-        if (n0 >= g.len || (r == 1 && !rows.second)) {
+        if (n0 >= rows.valid || (r == 1 && !rows.second)) {
 #pragma unroll
             for (int e = 0; e < V; e++) x[e] = 0.f;
             return;
         }
-        if (raw || g.vectors) { // g.len is a multiple of 8: all V exist
+        if (raw || (g.vectors && n0 + V <= rows.valid)) { // staged lengths are multiples of 8: all V exist
             const size_t row = r ? rows.row1 : rows.row0;
             unpack_words(raw ? load_shared(static_cast<uint32_t>(__cvta_generic_to_shared(&raw->data[r][n0])))
                              : *reinterpret_cast<const vec *>(src.data + row + n0), x);
@@ -246,10 +248,12 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         }
     }
 
-    // The planes back to samples n < limit (<= L / 2), through the inverse outer step when R > 1: emit(n0, re, im)
-    // for each V samples from n0 (a multiple of V) that start before the limit.
-    template <typename EMIT>
+    // The planes back to samples n < limit, through the inverse outer step when R > 1: emit(n0, re, im) for each V
+    // samples from n0 (a multiple of V) that start before the limit. The limit is at most L / 2 (the kept half) unless
+    // ALL, which computes every sample (the planes' inverse steps must then have kept every digit).
+    template <bool ALL = false, typename EMIT>
     __device__ static inline void store_output(const tables &s, const planes &m, int limit, int tid, EMIT &&emit) {
+        constexpr int OUT = ALL ? R : (R > 1 ? R / 2 : 1); // outer digits computed
         if constexpr (R == 1) {
             for (int n0 = V * tid; n0 < limit; n0 += V * SLOT_THREADS) {
                 float a[V], b[V];
@@ -266,13 +270,13 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
                     load_v(plane_at(m.re, j * M + t0), zr[j]);
                     load_v(plane_at(m.im, j * M + t0), zi[j]);
                 }
-                float yr[R / 2][V], yi[R / 2][V];
+                float yr[OUT][V], yi[OUT][V];
                 float2 w1[V];
                 outer_twiddles(s, t0, w1);
 #pragma unroll
                 for (int e = 0; e < V; e++) {
-                    // y_k = E_k + e^(2 pi i k / R) O_k (k < R / 2), E and O the inverse DFTs of the even and odd inputs,
-                    // each times e^(2 pi i j t / L) first.
+                    // y_k = E_k + e^(2 pi i k / R) O_k, y_(k + R/2) = E_k - e^(2 pi i k / R) O_k (k < R / 2), E and O the
+                    // inverse DFTs of the even and odd inputs, each times e^(2 pi i j t / L) first.
                     float2 even[R / 2], odd[R / 2], w = w1[e];
 #pragma unroll
                     for (int j = 0; j < R; j++) {
@@ -287,13 +291,17 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
                     small_dft<R / 2, 1>(odd);
 #pragma unroll
                     for (int k = 0; k < R / 2; k++) {
-                        const float2 y = cadd(even[k], k ? cmul(odd[k], small_root<1>(k)) : odd[k]);
-                        yr[k][e] = y.x;
-                        yi[k][e] = y.y;
+                        const float2 o = k ? cmul(odd[k], small_root<1>(k)) : odd[k];
+                        yr[k][e] = even[k].x + o.x;
+                        yi[k][e] = even[k].y + o.y;
+                        if constexpr (ALL) {
+                            yr[k + R / 2][e] = even[k].x - o.x;
+                            yi[k + R / 2][e] = even[k].y - o.y;
+                        }
                     }
                 }
 #pragma unroll
-                for (int k = 0; k < R / 2; k++)
+                for (int k = 0; k < OUT; k++)
                     if (k * M + t0 < limit) emit(k * M + t0, yr[k], yi[k]);
             }
         }

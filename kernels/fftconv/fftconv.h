@@ -11,20 +11,34 @@
 
 namespace tk_fftconv {
 
-// The FFT sizes built: powers of two from MIN_FFT_SIZE to MAX_FFT_SIZE. A sequence of length N is convolved
-// circularly at L = fft_size(N) >= 2N, which leaves its first N outputs equal to the causal linear convolution.
+// Sequences of up to ONCHIP_LEN samples are convolved by one FFT of size fft_size(N) >= 2N (a power of two from
+// MIN_FFT_SIZE to MAX_FFT_SIZE), whose circular convolution equals the causal linear one on the first N outputs.
+// Longer ones, up to MAX_LEN, are cut into blocks of BLOCK_LEN samples, each transformed at MAX_FFT_SIZE points (the
+// block path, long_forward), and their spectra exchanged per block: (heads, filter blocks, MAX_FFT_SIZE / 2 + 1).
 inline constexpr int MIN_FFT_SIZE = 256;
 inline constexpr int MAX_FFT_SIZE = 8192;
-inline constexpr int MAX_LEN = MAX_FFT_SIZE / 2;
+inline constexpr int ONCHIP_LEN = MAX_FFT_SIZE / 2;
+inline constexpr int BLOCK_LEN = ONCHIP_LEN, BLOCK_FFT = MAX_FFT_SIZE;
+inline constexpr int MAX_LEN = 1 << 20;
 
-// The smallest built FFT size >= 2n (n >= 1), or 0 past MAX_LEN.
+// The FFT size for sequences of length n (n >= 1): the smallest built size >= 2n, BLOCK_FFT for the block path, or 0
+// past MAX_LEN.
 constexpr int fft_size(int64_t n) {
     if (n > MAX_LEN) return 0;
+    if (n > ONCHIP_LEN) return BLOCK_FFT;
     int l = MIN_FFT_SIZE;
     while (l < 2 * n) l *= 2;
     return l;
 }
 constexpr int spectrum_len(int fft) { return fft / 2 + 1; }
+// The smallest power of two >= 2n: an FFT size at which a correlation of two length-n rows has no wrapped terms.
+constexpr int64_t correlation_size(int64_t n) {
+    int64_t l = 1;
+    while (l < 2 * n) l *= 2;
+    return l;
+}
+// Blocks of BLOCK_LEN samples in n (the block path).
+constexpr int64_t blocks_of(int64_t n) { return (n + BLOCK_LEN - 1) / BLOCK_LEN; }
 
 enum class dtype { bf16, fp16, fp32 };
 
@@ -43,9 +57,24 @@ cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
 struct dk_problem {
     const void *u, *pregate, *dy, *postgate; // (batch, heads, len) contiguous, one 16-bit type; gates may be null
     float *dk;                               // (heads, taps) contiguous, zeroed by the caller; the gradient is added
-    int batch, heads, len, taps, fft;        // taps <= len, fft = fft_size(len)
+    int batch, heads, len, taps, fft;        // taps <= len <= ONCHIP_LEN, fft = fft_size(len)
     dtype type;                              // bf16 or fp16
 };
+
+struct long_problem {
+    const void *u, *pregate, *postgate; // (batch, heads, len) contiguous, one 16-bit type; gates may be null
+    const float2 *k_f;                  // (heads, kblocks, BLOCK_FFT / 2 + 1): rfft of each filter block at BLOCK_FFT
+    void *y;                            // (batch, heads, len) contiguous, u's type
+    void *workspace;                    // long_workspace_bytes
+    int batch, heads, len, kblocks;     // ONCHIP_LEN < len <= MAX_LEN, 1 <= kblocks <= blocks_of(len)
+    dtype type;                         // bf16 or fp16
+};
+inline size_t long_workspace_bytes(int batch, int heads, int len) {
+    return size_t((batch + 1) / 2) * heads * blocks_of(len) * BLOCK_FFT * 4; // 16-bit complex spectra of every block
+}
+
+// The block path of forward (the caller checked everything).
+cudaError_t long_forward(const long_problem &p, cudaStream_t stream);
 
 // dk[h, m] += sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps, g = dy * postgate, v = u * pregate: the filter's
 // gradient (the caller checked everything).

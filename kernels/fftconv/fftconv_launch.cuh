@@ -10,6 +10,7 @@
 #include "fftconv.h"
 #include "fftconv_dk_kernel.cuh"
 #include "fftconv_fwd_kernel.cuh"
+#include "fftconv_long_kernel.cuh"
 
 namespace tk_fftconv {
 
@@ -61,6 +62,23 @@ template <typename T, int L> cudaError_t launch_filter_gradient(const dk_problem
                                 static_cast<const T *>(p.dy), static_cast<const T *>(p.postgate), p.dk, p.taps,
                                 sqrtf(float(L))};
     return launch_pairs<fftconv_dk_kernel<K>, K>(g, int64_t((p.batch + 1) / 2) * p.heads, stream);
+}
+
+template <typename T> cudaError_t launch_long(const long_problem &p, cudaStream_t stream) {
+    using K = fftconv_blocks<T>;
+    const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.postgate, p.y});
+    const int blocks = int(blocks_of(p.len)), pairs = (p.batch + 1) / 2 * p.heads;
+    const typename K::globals g{shape, static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
+                                static_cast<const T *>(p.postgate), static_cast<T *>(p.y),
+                                static_cast<uint4 *>(p.workspace), blocks};
+    if (cudaError_t e = launch_pairs<fftconv_blocks_forward<K>, K>(g, int64_t(pairs) * blocks, stream); e != cudaSuccess) return e;
+    const int64_t threads = int64_t(pairs) * BLOCK_FFT;
+    const int grid = int((threads + 255) / 256);
+    auto *spectra = static_cast<uint32_t *>(p.workspace);
+    if (blocks <= MAX_HELD) block_products<T, MAX_HELD><<<grid, 256, 0, stream>>>(spectra, p.k_f, (p.batch + 1) / 2, pairs, blocks, p.kblocks);
+    else block_products<T, 0><<<grid, 256, 0, stream>>>(spectra, p.k_f, (p.batch + 1) / 2, pairs, blocks, p.kblocks);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    return launch_pairs<fftconv_blocks_inverse<K>, K>(g, pairs, stream);
 }
 
 // Dispatch by the FFT size and the 16-bit type.

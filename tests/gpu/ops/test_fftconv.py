@@ -1,5 +1,6 @@
 """tk_ops.fftconv (causal FFT convolution, forward) and tk_ops.fftconv_spectrum against the float64 reference on the
-GPU: lengths 1 .. 4096 (every built FFT size), filters shorter than and as long as the sequence, gating before, after
+GPU: lengths 1 .. 4096 (every built FFT size) and the block path past them up to 2^20, filters shorter than and as
+long as the sequence, gating before, after
 and on both sides, bf16 and fp16 inputs, float32 and bf16 filters, odd batches (a pair with one sequence), blocks that
 run several pairs, the cached spectrum (k_f), strided inputs, and outputs poisoned before the run (the argument rules
 themselves are tested on the CPU, tests/cpu/test_fftconv_api.py). Skipped unless the 'fftconv' family is in the
@@ -114,6 +115,50 @@ def test_strided_inputs():
     k_t = torch.cat([k, k], 1)[:, ::2]                    # a non-contiguous filter
     pre_t = torch.cat([pre, pre], -1)[..., ::2]           # a gate with a sample stride of 2
     check(u_t, k_t, pre_t, post, what="strided")
+
+
+# -- the block path (N > 4096: blocks of 4096 samples, each transformed at 8192 points) ----------------------------
+
+@pytest.mark.parametrize("n", [4097, 8192, 10000, 12289, 65536])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_long_lengths(n, dtype):
+    for nk in sorted({n, 100, n // 3, 4096, 4097}):
+        u, k, _, _ = problem(3, 2, n, nk, dtype)
+        check(u, k, what=f"N={n} Nk={nk} {dtype}")
+
+
+@pytest.mark.parametrize("n", [5000, 20000])
+@pytest.mark.parametrize("gates", ["pre", "post", "both"])
+def test_long_gating(n, gates):
+    u, k, pre, post = problem(3, 2, n, n)
+    check(u, k, pre if gates != "post" else None, post if gates != "pre" else None, what=f"{gates} N={n}")
+
+
+@pytest.mark.parametrize("n", [2 ** 17, 2 ** 20])
+def test_very_long(n):
+    """Past 16 blocks the products read the blocks' spectra from memory instead of registers."""
+    u, k, pre, post = problem(1, 2, n, n)
+    check(u, k, pre, post, what=f"N={n}")
+
+
+@pytest.mark.parametrize("n", [4097, 10000])
+def test_long_cached_spectrum(n):
+    u, k, pre, post = problem(2, 3, n, n // 2)
+    k_f = tk_ops.fftconv_spectrum(k, n)
+    blocks = -(-(n // 2) // 4096)
+    assert k_f.dtype == torch.complex64 and k_f.shape == (3, blocks, 4097)
+    padded = torch.nn.functional.pad(k.double(), (0, blocks * 4096 - k.shape[1])).view(3, blocks, 4096)
+    assert rel_err(torch.view_as_real(k_f), torch.view_as_real(torch.fft.rfft(padded, n=8192))) <= 1e-5
+    y_f = check(u, k, pre, post, what=f"k_f N={n}", k_f=k_f)
+    assert torch.equal(tk_ops.fftconv(u, k, pre, post), y_f)
+
+
+def test_long_unaligned():
+    """An odd length (scalar accesses) and an odd batch (a pair with one row), strided views."""
+    u, k, pre, post = problem(5, 3, 9999, 7777)
+    check(u[:, :, :], k, pre[..., :], post, what="odd N=9999")
+    u2, k2, _, post2 = problem(3, 2, 10001, 10001)
+    check(u2.transpose(0, 1).contiguous().transpose(0, 1), k2, None, post2, what="strided N=10001")
 
 
 def test_empty_batch():

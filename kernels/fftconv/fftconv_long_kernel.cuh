@@ -1,0 +1,226 @@
+// FFT convolution of sequences longer than one on-chip transform (docs/fftconv.md, "Long sequences"): the sequence and
+// the filter are cut into blocks of B = L / 2 samples (L = 8192), and
+//     y_i = first B samples of IFFT(sum_j X_(i-j) K_j) + last B samples of IFFT(sum_j X_(i-1-j) K_j),
+// X_i = FFT of input block i and K_j = FFT of filter block j, each zero-padded to L (a block's linear convolution with
+// a filter block spans 2B - 1 samples: its first half lands in output block i, its second half in i + 1). Three
+// kernels:
+//   1. forward transforms: every (pair, block) item through the engine's forward steps (fft_steps.cuh), the level-16
+//      outputs stored as they come out of the tensor cores (fragment order, 16-bit complex) in a workspace;
+//   2. block_products: for each pair and frequency, the products summed over filter blocks, in place (descending i);
+//   3. inverse transforms: each pair's blocks in order through the inverse steps with both halves of the output kept:
+//      the first half plus the previous block's second half (kept in shared memory by the thread that made it) is
+//      the output block, the second half waits for the next.
+// The pair trick is the forward's: rows b and b + 1 as one complex sequence, the real filter applying to both.
+#pragma once
+
+#include "fft_io.cuh"
+#include "fftconv.h"
+
+namespace tk_fftconv {
+
+template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
+    static constexpr int L = BLOCK_FFT, B = BLOCK_LEN;
+    using IO = fft_io<T, L>;
+    using S = fft_steps<T, L>;
+    using S::M;
+    using S::SLOT_THREADS;
+    using S::SLOT_WARPS;
+    using S::SLOTS;
+    using S::WARP_TILES;
+    using typename IO::layout;
+    using typename IO::pair_rows;
+    using typename IO::planes;
+    using typename IO::source;
+    using typename IO::tables;
+    using typename IO::vec;
+    static constexpr int V = IO::V, THREADS = S::THREADS;
+
+    struct alignas(128) slot_memory {
+        planes p;
+        float tail[2][B]; // the second half of the previous block's output, rows b and b + 1 (inverse pass only)
+    };
+    struct shared_block {
+        tables t;
+        slot_memory slot[SLOTS];
+    };
+    static constexpr int SHARED_BYTES = int(sizeof(shared_block));
+    static_assert(SHARED_BYTES + 1024 <= MAX_SHARED_MEMORY, "fftconv: a block's shared memory exceeds the SM's");
+
+    struct globals {
+        layout shape;                    // len = N, the rows' length
+        const T *u, *pregate, *postgate; // gates may be null
+        T *y;
+        uint4 *spectra; // (pairs, blocks, L / 4): four 16-bit complex values per lane and tile, fragment order
+        int blocks;     // ceil(N / B)
+    };
+
+    __device__ static inline int worker_first(int64_t items, int64_t worker, int64_t workers) { return int(items * worker / workers); }
+
+    // 1. Items (pair, block), pair-major: each block of each pair to its level-16 outputs.
+    __device__ static inline void run_forward(const globals &g) {
+        extern __shared__ alignment_dummy shm[];
+        if (smem_addr(shm) % 128 != 0) __trap(); // plane_offset's swizzle assumes 128-byte aligned planes
+        shared_block &s = *reinterpret_cast<shared_block *>(shm);
+        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
+        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        planes &m = s.slot[q].p;
+        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks;
+        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + q;
+        const int first = worker_first(items, worker, workers), last = worker_first(items, worker + 1, workers);
+        S::build_twiddles(s.t);
+        const typename S::dft16 f = S::make_dft16(lane);
+        __syncthreads();
+        for (int item = first; item < last; item++) {
+            const int block = item % g.blocks;
+            pair_rows rows = IO::rows_of(g.shape, item / g.blocks);
+            rows.row0 += size_t(block) * B;
+            rows.row1 += size_t(block) * B;
+            rows.valid = min(B, g.shape.len - block * B);
+            S::slot_sync(q); // the planes are free
+            IO::load_input(s.t, m, nullptr, g.shape, source{g.u, g.pregate}, rows, tid);
+            S::slot_sync(q);
+            S::template forward_levels<M>(m, s.t, f, q, wq, lane);
+            typename S::fragments yr, yi;
+            S::middle_forward(m, f, wq, lane, yr, yi);
+            uint4 *out = g.spectra + size_t(item) * (L / 4);
+#pragma unroll
+            for (int i = 0; i < WARP_TILES; i++) {
+                const auto at = [&](int h, int e) { return S::pack(make_float2(e ? yr[i][h].y : yr[i][h].x, e ? yi[i][h].y : yi[i][h].x)); };
+                out[S::tile_of(wq, i) * WARP_THREADS + lane] = make_uint4(at(0, 0), at(0, 1), at(1, 0), at(1, 1));
+            }
+        }
+    }
+
+    // Outputs n0 .. n0 + V - 1 of a row (n0 a multiple of V, the row's offset included in row), those before the end,
+    // times their postgates.
+    __device__ static inline void output_v(const globals &g, size_t row, int n0, int valid, const float (&v)[V]) {
+        if (g.shape.vectors && n0 + V <= valid) {
+            float y[V];
+#pragma unroll
+            for (int e = 0; e < V; e++) y[e] = v[e];
+            if (g.postgate) {
+                float p[V];
+                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + row + n0), p);
+#pragma unroll
+                for (int e = 0; e < V; e++) y[e] *= p[e];
+            }
+            *reinterpret_cast<vec *>(g.y + row + n0) = IO::pack_words(y);
+            return;
+        }
+        for (int e = 0; e < V && n0 + e < valid; e++) {
+            const float p = g.postgate ? S::to_float(g.postgate[row + n0 + e]) : 1.f;
+            g.y[row + n0 + e] = base_types::convertor<T, float>::convert(v[e] * p);
+        }
+    }
+
+    // 3. Items: pairs; each pair's blocks in order, overlap-added through the slot's tail.
+    __device__ static inline void run_inverse(const globals &g) {
+        extern __shared__ alignment_dummy shm[];
+        if (smem_addr(shm) % 128 != 0) __trap();
+        shared_block &s = *reinterpret_cast<shared_block *>(shm);
+        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
+        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        slot_memory &m = s.slot[q];
+        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads;
+        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + q;
+        const int first = worker_first(items, worker, workers), last = worker_first(items, worker + 1, workers);
+        S::build_twiddles(s.t);
+        const typename S::dft16 f = S::make_dft16(lane);
+        __syncthreads();
+        for (int item = first; item < last; item++) {
+            const pair_rows rows = IO::rows_of(g.shape, item);
+            for (int block = 0; block < g.blocks; block++) {
+                const uint4 *in = g.spectra + (size_t(item) * g.blocks + block) * (L / 4);
+                typename S::fragments yr, yi;
+#pragma unroll
+                for (int i = 0; i < WARP_TILES; i++) {
+                    const uint4 z = in[S::tile_of(wq, i) * WARP_THREADS + lane];
+                    const float2 v0 = S::unpack(z.x), v1 = S::unpack(z.y), v2 = S::unpack(z.z), v3 = S::unpack(z.w);
+                    yr[i][0] = make_float2(v0.x, v1.x);
+                    yi[i][0] = make_float2(v0.y, v1.y);
+                    yr[i][1] = make_float2(v2.x, v3.x);
+                    yi[i][1] = make_float2(v2.y, v3.y);
+                }
+                S::slot_sync(q); // the planes are free
+                S::middle_inverse(m.p, f, s.t, wq, lane, yr, yi);
+                S::slot_sync(q);
+                S::template inverse_levels<256>(m.p, s.t, f, q, wq, lane);
+                const int offset = block * B, valid = min(B, g.shape.len - offset);
+                IO::template store_output<true>(s.t, m.p, L, tid, [&](int n0, const float (&re)[V], const float (&im)[V]) {
+                    if (n0 >= B) { // the second half: kept for the next block (this thread adds it there)
+#pragma unroll
+                        for (int e = 0; e < V; e++) {
+                            m.tail[0][n0 - B + e] = re[e];
+                            m.tail[1][n0 - B + e] = im[e];
+                        }
+                        return;
+                    }
+                    if (n0 >= valid) return;
+                    float a[V], b[V];
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        a[e] = re[e] + (block ? m.tail[0][n0 + e] : 0.f);
+                        b[e] = im[e] + (block ? m.tail[1][n0 + e] : 0.f);
+                    }
+                    output_v(g, rows.row0 + offset, n0, valid, a);
+                    if (rows.second) output_v(g, rows.row1 + offset, n0, valid, b);
+                });
+            }
+        }
+    }
+};
+
+template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_blocks_forward(const __grid_constant__ typename K::globals g) {
+    K::run_forward(g);
+}
+template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_blocks_inverse(const __grid_constant__ typename K::globals g) {
+    K::run_inverse(g);
+}
+
+// 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (i descending, so
+// every X read is still the input). One thread per (pair, fragment slot e); K_j comes from the filter blocks' rfft
+// halves (K[L - f] = conj K[f]). Up to MAX_HELD blocks are held in registers; longer sequences read X from memory.
+inline constexpr int MAX_HELD = 16;
+template <typename T, int HELD> __global__ __launch_bounds__(256) void block_products(uint32_t *spectra, const float2 *k_f,
+                                                                                     int pairs_per_head, int pairs, int blocks,
+                                                                                     int kblocks) {
+    using S = fft_steps<T, BLOCK_FFT>;
+    constexpr int L = BLOCK_FFT;
+    const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (index >= int64_t(pairs) * L) return;
+    const int pair = int(index / L), e = int(index % L);
+    const int tile = e / 128, lane = e / 4 % 32, v = e % 4; // the uint4 packing of fftconv_blocks
+    const int o = 8 * tile + 2 * (lane % 4) + v % 2, j = lane / 4 + 8 * (v / 2);
+    const int fq = S::frequency_at(16 * o + j);
+    const float2 *kh = k_f + size_t(pair / pairs_per_head) * kblocks * (L / 2 + 1);
+    const auto filter = [&](int jb) {
+        const float2 c = kh[size_t(jb) * (L / 2 + 1) + (fq <= L / 2 ? fq : L - fq)];
+        return fq <= L / 2 ? c : make_float2(c.x, -c.y);
+    };
+    uint32_t *x = spectra + size_t(pair) * blocks * L + e;
+    const auto unpack = [](uint32_t w) { return S::unpack(w); };
+    if constexpr (HELD > 0) {
+        float2 xs[HELD], ks[HELD];
+#pragma unroll
+        for (int i = 0; i < HELD; i++) {
+            xs[i] = i < blocks ? unpack(x[size_t(i) * L]) : make_float2(0.f, 0.f);
+            ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < HELD; i++) {
+            if (i >= blocks) break;
+            float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+            for (int jb = 0; jb <= i; jb++) acc = cadd(acc, cmul(xs[i - jb], ks[jb]));
+            x[size_t(i) * L] = S::pack(acc);
+        }
+    } else {
+        for (int i = blocks - 1; i >= 0; i--) {
+            float2 acc = make_float2(0.f, 0.f);
+            for (int jb = 0; jb <= i && jb < kblocks; jb++) acc = cadd(acc, cmul(unpack(x[size_t(i - jb) * L]), filter(jb)));
+            x[size_t(i) * L] = S::pack(acc);
+        }
+    }
+}
+
+} // namespace tk_fftconv
