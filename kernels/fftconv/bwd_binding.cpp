@@ -10,8 +10,7 @@
 //   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernel on the time-reversed g, reversed back
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
-//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernel up to ONCHIP_LEN, ATen's FFTs past it (and on the
-//                                        CPU, for the tests)
+//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (on the CPU: ATen's FFTs, for the tests)
 //
 // The rules are the forward's (binding.h) and those of dy and the mask below; the CUDA, Meta and CPU kernels share
 // them as the forward's do. The CUDA and CPU kernels share the composition too (the CPU one for its tests, below).
@@ -89,7 +88,8 @@ opt_tensor present(const at::Tensor &t) { return t.defined() ? opt_tensor(t) : s
 // correlation free of wrapped terms at those lags. g and v are exact in fp32 (a product of two 16-bit numbers has at
 // most 22 significant bits), so the only roundings are the FFTs' own.
 at::Tensor filter_gradient_fft(const at::Tensor &u, const at::Tensor &pregate, const at::Tensor &postgate,
-                               const at::Tensor &dy, int64_t taps, int fft) {
+                               const at::Tensor &dy, int64_t taps, int) {
+    const int64_t fft = tk_fftconv::correlation_size(u.size(2));
     at::Tensor g = dy.to(at::kFloat), v = u.to(at::kFloat);
     if (postgate.defined()) g.mul_(postgate);
     if (pregate.defined()) v.mul_(pregate);
@@ -102,27 +102,33 @@ at::Tensor filter_gradient_fft(const at::Tensor &u, const at::Tensor &pregate, c
     return at::fft_irfft(products.sum(0), fft).narrow(-1, 0, taps);
 }
 
-// The same sum by the filter-gradient kernel (fp32; the arguments passed the rules, u is not empty).
+// The same sum by the filter-gradient kernels (fp32; the arguments passed the rules, u is not empty): one transform
+// per pair of rows up to ONCHIP_LEN, the block path past it.
 at::Tensor filter_gradient_cuda(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,
                                 const at::Tensor &dy_in, int64_t taps, int fft) {
     const at::Tensor u = u_in.contiguous(), dy = dy_in.contiguous();
     const at::Tensor pregate = pregate_in.defined() ? pregate_in.contiguous() : pregate_in;
     const at::Tensor postgate = postgate_in.defined() ? postgate_in.contiguous() : postgate_in;
-    at::Tensor dk = at::zeros({u.size(1), taps}, u.options().dtype(at::kFloat));
-    tk_fftconv::dk_problem p{};
-    p.u = u.data_ptr();
-    p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
-    p.dy = dy.data_ptr();
-    p.postgate = postgate.defined() ? postgate.data_ptr() : nullptr;
-    p.dk = dk.data_ptr<float>();
-    p.batch = int(u.size(0));
-    p.heads = int(u.size(1));
-    p.len = int(u.size(2));
-    p.taps = int(taps);
-    p.fft = fft;
-    p.type = u.scalar_type() == at::kHalf ? tk_fftconv::dtype::fp16 : tk_fftconv::dtype::bf16;
-    const cudaError_t e = tk_fftconv::filter_gradient(p, at::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(e == cudaSuccess, "tk_ops.fftconv filter-gradient kernel failed: ", cudaGetErrorString(e));
+    const auto pointer = [](const at::Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; };
+    const tk_fftconv::dtype type = u.scalar_type() == at::kHalf ? tk_fftconv::dtype::fp16 : tk_fftconv::dtype::bf16;
+    const int batch = int(u.size(0)), heads = int(u.size(1)), len = int(u.size(2));
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    cudaError_t e;
+    at::Tensor dk;
+    if (len > tk_fftconv::ONCHIP_LEN) {
+        dk = at::empty({heads, taps}, u.options().dtype(at::kFloat));
+        const at::Tensor workspace = at::empty(
+            {int64_t(tk_fftconv::long_dk_workspace_bytes(batch, heads, len, int(taps)))}, u.options().dtype(at::kByte));
+        const tk_fftconv::long_dk_problem p{pointer(u), pointer(pregate), pointer(dy), pointer(postgate), dk.data_ptr<float>(),
+                                            workspace.data_ptr(), batch, heads, len, int(taps), type};
+        e = tk_fftconv::long_filter_gradient(p, stream);
+    } else {
+        dk = at::zeros({heads, taps}, u.options().dtype(at::kFloat));
+        const tk_fftconv::dk_problem p{pointer(u), pointer(pregate), pointer(dy), pointer(postgate), dk.data_ptr<float>(),
+                                       batch, heads, len, int(taps), fft, type};
+        e = tk_fftconv::filter_gradient(p, stream);
+    }
+    TORCH_CHECK(e == cudaSuccess, "tk_ops.fftconv filter-gradient kernels failed: ", cudaGetErrorString(e));
     return dk;
 }
 
@@ -159,12 +165,7 @@ grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &
         if (mask[PRE]) at::mul_out(out.dpregate, dv, u);
     }
     if (mask[POST]) out.dpostgate = ops.conv(u, std::nullopt, present(pregate), dy, spectrum);
-    if (mask[K]) {
-        // The filter-gradient kernel transforms whole rows on chip; past ONCHIP_LEN the correlation runs in ATen's FFTs.
-        const int64_t n = u.size(2);
-        const auto gradient = n > tk_fftconv::ONCHIP_LEN ? &filter_gradient_fft : ops.filter_gradient;
-        out.dk.copy_(gradient(u, pregate, postgate, dy, k.size(1), int(n > tk_fftconv::ONCHIP_LEN ? tk_fftconv::correlation_size(n) : fft)));
-    }
+    if (mask[K]) out.dk.copy_(ops.filter_gradient(u, pregate, postgate, dy, k.size(1), fft));
     return out.tuple();
 }
 

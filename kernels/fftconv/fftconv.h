@@ -76,6 +76,21 @@ inline size_t long_workspace_bytes(int batch, int heads, int len) {
 // The block path of forward (the caller checked everything).
 cudaError_t long_forward(const long_problem &p, cudaStream_t stream);
 
+struct long_dk_problem {
+    const void *u, *pregate, *dy, *postgate; // (batch, heads, len) contiguous, one 16-bit type; gates may be null
+    float *dk;                               // (heads, taps) contiguous; every element written
+    void *workspace;                         // long_dk_workspace_bytes
+    int batch, heads, len, taps;             // ONCHIP_LEN < len <= MAX_LEN, 1 <= taps <= len
+    dtype type;                              // bf16 or fp16
+};
+inline size_t long_dk_workspace_bytes(int batch, int heads, int len, int taps) {
+    return 2 * long_workspace_bytes(batch, heads, len) + size_t(heads) * (blocks_of(taps) + 1) * BLOCK_FFT * 8;
+}
+
+// filter_gradient's block path: the blocks' spectra of v and g, their correlation spectra per lag block summed over
+// the batch, and those transformed back (the caller checked everything).
+cudaError_t long_filter_gradient(const long_dk_problem &p, cudaStream_t stream);
+
 // dk[h, m] += sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps, g = dy * postgate, v = u * pregate: the filter's
 // gradient (the caller checked everything).
 cudaError_t filter_gradient(const dk_problem &p, cudaStream_t stream);

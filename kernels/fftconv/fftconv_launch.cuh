@@ -25,7 +25,7 @@ template <auto KERNEL> inline cudaError_t allow_shared(int dev, int bytes) {
 }
 
 // One block per SM (fewer when there are fewer pairs), each block's slots taking equal shares of the head-major pairs.
-template <auto KERNEL, typename K> cudaError_t launch_pairs(const typename K::globals &g, int64_t pairs, cudaStream_t stream) {
+template <auto KERNEL, typename K, typename G> cudaError_t launch_pairs(const G &g, int64_t pairs, cudaStream_t stream) {
     int dev = 0, sms = 0;
     if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
     if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
@@ -72,13 +72,38 @@ template <typename T> cudaError_t launch_long(const long_problem &p, cudaStream_
                                 static_cast<const T *>(p.postgate), static_cast<T *>(p.y),
                                 static_cast<uint4 *>(p.workspace), blocks};
     if (cudaError_t e = launch_pairs<fftconv_blocks_forward<K>, K>(g, int64_t(pairs) * blocks, stream); e != cudaSuccess) return e;
-    const int64_t threads = int64_t(pairs) * BLOCK_FFT;
-    const int grid = int((threads + 255) / 256);
+    const int grid = int((int64_t(p.heads) * BLOCK_FFT + 255) / 256), pairs_per_head = (p.batch + 1) / 2;
     auto *spectra = static_cast<uint32_t *>(p.workspace);
-    if (blocks <= MAX_HELD) block_products<T, MAX_HELD><<<grid, 256, 0, stream>>>(spectra, p.k_f, (p.batch + 1) / 2, pairs, blocks, p.kblocks);
-    else block_products<T, 0><<<grid, 256, 0, stream>>>(spectra, p.k_f, (p.batch + 1) / 2, pairs, blocks, p.kblocks);
+    if (blocks <= MAX_HELD) block_products<T, MAX_HELD><<<grid, 256, 0, stream>>>(spectra, p.k_f, p.heads, pairs_per_head, blocks, p.kblocks);
+    else block_products<T, 0><<<grid, 256, 0, stream>>>(spectra, p.k_f, p.heads, pairs_per_head, blocks, p.kblocks);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     return launch_pairs<fftconv_blocks_inverse<K>, K>(g, pairs, stream);
+}
+
+template <typename T> cudaError_t launch_long_dk(const long_dk_problem &p, cudaStream_t stream) {
+    using K = fftconv_blocks<T>;
+    const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.dy, p.postgate});
+    const int blocks = int(blocks_of(p.len)), kblocks = int(blocks_of(p.taps)), pairs_per_head = (p.batch + 1) / 2;
+    const int64_t pairs = int64_t(pairs_per_head) * p.heads;
+    const size_t spectra_bytes = long_workspace_bytes(p.batch, p.heads, p.len);
+    char *ws = static_cast<char *>(p.workspace);
+    auto *xs = reinterpret_cast<uint4 *>(ws), *gs = reinterpret_cast<uint4 *>(ws + spectra_bytes);
+    auto *correlations = reinterpret_cast<float2 *>(ws + 2 * spectra_bytes);
+    const auto spectra_of = [&](const void *x, const void *gate, uint4 *out) {
+        const typename K::globals g{shape, static_cast<const T *>(x), static_cast<const T *>(gate), nullptr, nullptr, out, blocks};
+        return launch_pairs<fftconv_blocks_forward<K>, K>(g, pairs * blocks, stream);
+    };
+    if (cudaError_t e = spectra_of(p.u, p.pregate, xs); e != cudaSuccess) return e;
+    if (cudaError_t e = spectra_of(p.dy, p.postgate, gs); e != cudaSuccess) return e;
+    const int grid = int((int64_t(p.heads) * BLOCK_FFT + 255) / 256);
+    const auto *x32 = reinterpret_cast<const uint32_t *>(xs), *g32 = reinterpret_cast<const uint32_t *>(gs);
+    if (blocks <= MAX_HELD)
+        block_correlations<T, MAX_HELD><<<grid, 256, 0, stream>>>(x32, g32, correlations, p.heads, pairs_per_head, blocks, kblocks);
+    else block_correlations<T, 0><<<grid, 256, 0, stream>>>(x32, g32, correlations, p.heads, pairs_per_head, blocks, kblocks);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const typename K::dk_globals g{reinterpret_cast<const float4 *>(correlations), p.dk, p.heads, p.taps, kblocks,
+                                   sqrtf(float(BLOCK_FFT))};
+    return launch_pairs<fftconv_blocks_dk<K>, K>(g, p.heads, stream);
 }
 
 // Dispatch by the FFT size and the 16-bit type.

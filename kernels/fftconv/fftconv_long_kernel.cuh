@@ -47,8 +47,8 @@ template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
     static_assert(SHARED_BYTES + 1024 <= MAX_SHARED_MEMORY, "fftconv: a block's shared memory exceeds the SM's");
 
     struct globals {
-        layout shape;                    // len = N, the rows' length
-        const T *u, *pregate, *postgate; // gates may be null
+        layout shape;                  // len = N, the rows' length
+        const T *x, *gate, *postgate;  // the rows transformed by run_forward (u or dy) and their gate; gates may be null
         T *y;
         uint4 *spectra; // (pairs, blocks, L / 4): four 16-bit complex values per lane and tile, fragment order
         int blocks;     // ceil(N / B)
@@ -77,7 +77,7 @@ template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
             rows.row1 += size_t(block) * B;
             rows.valid = min(B, g.shape.len - block * B);
             S::slot_sync(q); // the planes are free
-            IO::load_input(s.t, m, nullptr, g.shape, source{g.u, g.pregate}, rows, tid);
+            IO::load_input(s.t, m, nullptr, g.shape, source{g.x, g.gate}, rows, tid);
             S::slot_sync(q);
             S::template forward_levels<M>(m, s.t, f, q, wq, lane);
             typename S::fragments yr, yi;
@@ -168,6 +168,61 @@ template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
             }
         }
     }
+
+    // The filter gradient's last pass. Items: heads; for lag blocks d = kblocks .. 0 the inverse of the correlation
+    // spectra C_d (fp32, fragment order), dk's block d = sqrt(L) Re(first half of IFFT(C_d) + second half of
+    // IFFT(C_(d+1))), written where it is below taps.
+    struct dk_globals {
+        const float4 *correlations; // (heads, kblocks + 1, L / 2): two complex values per float4, fragment_slot order
+        float *dk;                  // (heads, taps)
+        int heads, taps, kblocks;
+        float scale;
+    };
+    __device__ static inline void run_dk_inverse(const dk_globals &g) {
+        extern __shared__ alignment_dummy shm[];
+        if (smem_addr(shm) % 128 != 0) __trap();
+        shared_block &s = *reinterpret_cast<shared_block *>(shm);
+        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
+        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        slot_memory &m = s.slot[q];
+        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + q;
+        const int first = worker_first(g.heads, worker, workers), last = worker_first(g.heads, worker + 1, workers);
+        S::build_twiddles(s.t);
+        const typename S::dft16 f = S::make_dft16(lane);
+        __syncthreads();
+        for (int head = first; head < last; head++) {
+            for (int d = g.kblocks; d >= 0; d--) {
+                const float2 *c = reinterpret_cast<const float2 *>(g.correlations + (size_t(head) * (g.kblocks + 1) + d) * (L / 2));
+                typename S::fragments yr, yi;
+#pragma unroll
+                for (int i = 0; i < WARP_TILES; i++) {
+                    float2 a[4];
+#pragma unroll
+                    for (int v = 0; v < 4; v++) a[v] = c[S::fragment_slot(S::tile_of(wq, i), lane, v)];
+                    yr[i][0] = make_float2(a[0].x, a[1].x);
+                    yi[i][0] = make_float2(a[0].y, a[1].y);
+                    yr[i][1] = make_float2(a[2].x, a[3].x);
+                    yi[i][1] = make_float2(a[2].y, a[3].y);
+                }
+                S::slot_sync(q); // the planes are free
+                S::middle_inverse(m.p, f, s.t, wq, lane, yr, yi);
+                S::slot_sync(q);
+                S::template inverse_levels<256>(m.p, s.t, f, q, wq, lane);
+                float *dk = g.dk + size_t(head) * g.taps + size_t(d) * B;
+                const bool last_block = d == g.kblocks;
+                IO::template store_output<true>(s.t, m.p, L, tid, [&](int n0, const float (&re)[V], const float (&)[V]) {
+                    if (n0 >= B) { // the second half: added to the lag block below (by this thread)
+#pragma unroll
+                        for (int e = 0; e < V; e++) m.tail[0][n0 - B + e] = re[e];
+                        return;
+                    }
+#pragma unroll
+                    for (int e = 0; e < V; e++)
+                        if (!last_block && d * B + n0 + e < g.taps) dk[n0 + e] = g.scale * (re[e] + m.tail[0][n0 + e]);
+                });
+            }
+        }
+    }
 };
 
 template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_blocks_forward(const __grid_constant__ typename K::globals g) {
@@ -176,49 +231,104 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
 template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_blocks_inverse(const __grid_constant__ typename K::globals g) {
     K::run_inverse(g);
 }
+template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_blocks_dk(const __grid_constant__ typename K::dk_globals g) {
+    K::run_dk_inverse(g);
+}
 
 // 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (i descending, so
-// every X read is still the input). One thread per (pair, fragment slot e); K_j comes from the filter blocks' rfft
-// halves (K[L - f] = conj K[f]). Up to MAX_HELD blocks are held in registers; longer sequences read X from memory.
+// every X read is still the input). One thread per (head, fragment slot e), looping over the head's pairs: the filter
+// blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
+// the pairs' spectra with consecutive threads on consecutive slots. Up to MAX_HELD blocks are held in registers;
+// longer sequences read X from memory.
 inline constexpr int MAX_HELD = 16;
 template <typename T, int HELD> __global__ __launch_bounds__(256) void block_products(uint32_t *spectra, const float2 *k_f,
-                                                                                     int pairs_per_head, int pairs, int blocks,
-                                                                                     int kblocks) {
+                                                                                     int heads, int pairs_per_head,
+                                                                                     int blocks, int kblocks) {
     using S = fft_steps<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (index >= int64_t(pairs) * L) return;
-    const int pair = int(index / L), e = int(index % L);
+    if (index >= int64_t(heads) * L) return;
+    const int head = int(index / L), e = int(index % L);
     const int tile = e / 128, lane = e / 4 % 32, v = e % 4; // the uint4 packing of fftconv_blocks
     const int o = 8 * tile + 2 * (lane % 4) + v % 2, j = lane / 4 + 8 * (v / 2);
     const int fq = S::frequency_at(16 * o + j);
-    const float2 *kh = k_f + size_t(pair / pairs_per_head) * kblocks * (L / 2 + 1);
+    const float2 *kh = k_f + size_t(head) * kblocks * (L / 2 + 1);
     const auto filter = [&](int jb) {
         const float2 c = kh[size_t(jb) * (L / 2 + 1) + (fq <= L / 2 ? fq : L - fq)];
         return fq <= L / 2 ? c : make_float2(c.x, -c.y);
     };
-    uint32_t *x = spectra + size_t(pair) * blocks * L + e;
-    const auto unpack = [](uint32_t w) { return S::unpack(w); };
+    float2 ks[HELD > 0 ? HELD : 1];
     if constexpr (HELD > 0) {
-        float2 xs[HELD], ks[HELD];
 #pragma unroll
-        for (int i = 0; i < HELD; i++) {
-            xs[i] = i < blocks ? unpack(x[size_t(i) * L]) : make_float2(0.f, 0.f);
-            ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
+        for (int i = 0; i < HELD; i++) ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
+    }
+    for (int p = 0; p < pairs_per_head; p++) {
+        uint32_t *x = spectra + (size_t(head) * pairs_per_head + p) * blocks * L + e;
+        if constexpr (HELD > 0) {
+            float2 xs[HELD];
+#pragma unroll
+            for (int i = 0; i < HELD; i++) xs[i] = i < blocks ? S::unpack(x[size_t(i) * L]) : make_float2(0.f, 0.f);
+#pragma unroll
+            for (int i = 0; i < HELD; i++) {
+                if (i >= blocks) break;
+                float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+                for (int jb = 0; jb <= i; jb++) acc = cadd(acc, cmul(xs[i - jb], ks[jb]));
+                x[size_t(i) * L] = S::pack(acc);
+            }
+        } else {
+            for (int i = blocks - 1; i >= 0; i--) {
+                float2 acc = make_float2(0.f, 0.f);
+                for (int jb = 0; jb <= i && jb < kblocks; jb++) acc = cadd(acc, cmul(S::unpack(x[size_t(i - jb) * L]), filter(jb)));
+                x[size_t(i) * L] = S::pack(acc);
+            }
+        }
+    }
+}
+
+// The filter gradient's correlation spectra: C_d = sum over the head's pairs and blocks i of conj(X_i) G_(i+d),
+// d = 0 .. kblocks, X and G the blocks' spectra of v = u * pregate and g = dy * postgate (run_forward's outputs). One
+// thread per (head, fragment slot e), as block_products; fp32 sums written as float2 in fragment_slot order.
+template <typename T, int HELD> __global__ __launch_bounds__(256) void block_correlations(const uint32_t *xs, const uint32_t *gs,
+                                                                                         float2 *correlations, int heads,
+                                                                                         int pairs_per_head, int blocks,
+                                                                                         int kblocks) {
+    using S = fft_steps<T, BLOCK_FFT>;
+    constexpr int L = BLOCK_FFT;
+    const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (index >= int64_t(heads) * L) return;
+    const int head = int(index / L), e = int(index % L);
+    const int slot = S::fragment_slot(e / 128, e / 4 % 32, e % 4); // where fftconv_blocks_dk reads value e
+    float2 *out = correlations + size_t(head) * (kblocks + 1) * L + slot;
+    if constexpr (HELD > 0) {
+        float2 acc[HELD + 1];
+#pragma unroll
+        for (int d = 0; d <= HELD; d++) acc[d] = make_float2(0.f, 0.f);
+        for (int p = 0; p < pairs_per_head; p++) {
+            const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;
+            float2 x[HELD], gv[HELD];
+#pragma unroll
+            for (int i = 0; i < HELD; i++) {
+                x[i] = i < blocks ? S::unpack(xs[base + size_t(i) * L]) : make_float2(0.f, 0.f);
+                gv[i] = i < blocks ? S::unpack(gs[base + size_t(i) * L]) : make_float2(0.f, 0.f);
+            }
+#pragma unroll
+            for (int d = 0; d <= HELD; d++)
+#pragma unroll
+                for (int i = 0; i + d < HELD; i++) acc[d] = cadd(acc[d], cmul_conj(gv[i + d], x[i])); // G conj(X)
         }
 #pragma unroll
-        for (int i = 0; i < HELD; i++) {
-            if (i >= blocks) break;
-            float2 acc = make_float2(0.f, 0.f);
-#pragma unroll
-            for (int jb = 0; jb <= i; jb++) acc = cadd(acc, cmul(xs[i - jb], ks[jb]));
-            x[size_t(i) * L] = S::pack(acc);
-        }
+        for (int d = 0; d <= HELD; d++)
+            if (d <= kblocks) out[size_t(d) * L] = acc[d];
     } else {
-        for (int i = blocks - 1; i >= 0; i--) {
+        for (int d = 0; d <= kblocks; d++) {
             float2 acc = make_float2(0.f, 0.f);
-            for (int jb = 0; jb <= i && jb < kblocks; jb++) acc = cadd(acc, cmul(unpack(x[size_t(i - jb) * L]), filter(jb)));
-            x[size_t(i) * L] = S::pack(acc);
+            for (int p = 0; p < pairs_per_head; p++) {
+                const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;
+                for (int i = 0; i + d < blocks; i++)
+                    acc = cadd(acc, cmul_conj(S::unpack(gs[base + size_t(i + d) * L]), S::unpack(xs[base + size_t(i) * L])));
+            }
+            out[size_t(d) * L] = acc;
         }
     }
 }

@@ -102,7 +102,7 @@ def test_lengths_between_fft_sizes(n):
 @pytest.mark.parametrize("n", [4097, 10000, 2 ** 16])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_sequences(n, dtype):
-    """The block path (N > 4096) forward twice, and dk by ATen's FFTs."""
+    """The block path (N > 4096): the forward twice and the filter gradient."""
     x = problem(3, 2, n, n // 2 + 1, ("pregate", "postgate"), dtype)
     compare(tk_grads(x, LEAVES), ref_grads(x, LEAVES), x, f"N={n}")
 
