@@ -1,13 +1,14 @@
-"""FFT convolution calls for compute-sanitizer (memcheck / racecheck / synccheck): the forward at every built FFT size,
-with and without gates, and the backward through every input.
+"""FFT convolution calls for compute-sanitizer (memcheck / racecheck / synccheck): the forward at every built FFT size
+and on the block path (N > 4096), with and without gates, and the backward through every input (the filter gradient's
+kernels included).
 
     compute-sanitizer --tool memcheck python tools/check/sanitize_fftconv.py
     compute-sanitizer --tool racecheck python tools/check/sanitize_fftconv.py --small
 
 The default cases cover lengths that end inside a tile, odd lengths (element-wise accesses) and even ones (paired
-accesses), an odd batch (the last pair's second row absent), a filter shorter than the sequence, a misaligned view of u
-and every FFT size from 256 to 8192; --small runs short calls only, for racecheck, which is too slow for the default
-cases."""
+accesses), an odd batch (the last pair's second row absent), a filter shorter than the sequence, a misaligned view of u,
+every FFT size from 256 to 8192 and long sequences with a partial last block; --small runs short calls only (one of
+them long), for racecheck, which is too slow for the default cases."""
 import argparse
 
 import torch
@@ -16,8 +17,8 @@ import tk_ops
 
 # (batch, heads, length N, filter taps Nk)
 DEFAULT_CASES = [(1, 2, 1, 1), (3, 2, 7, 7), (2, 3, 100, 33), (3, 2, 257, 257), (2, 2, 1000, 1000), (1, 2, 2048, 700),
-                 (3, 1, 4095, 4095), (2, 1, 4096, 4096)]
-SMALL_CASES = [(3, 1, 100, 100), (2, 1, 1000, 300)]
+                 (3, 1, 4095, 4095), (2, 1, 4096, 4096), (3, 1, 4097, 4097), (2, 2, 10001, 5000), (1, 1, 70000, 70000)]
+SMALL_CASES = [(3, 1, 100, 100), (2, 1, 1000, 300), (1, 1, 5000, 5000)]
 
 
 def main():
