@@ -8,13 +8,14 @@ may be None. Returns y (B, H, N) in u's dtype::
     y[b, h, n] = postgate[b, h, n] * sum_{m <= n, m < Nk} k[h, m] v[b, h, n - m]
 
 which without gates is irfft(rfft(u, 2N) * rfft(k, 2N))[..., :N]. ``tk_ops.reference.fftconv`` is the float64
-reference; docs/fftconv.md describes the kernels. N may be 1 .. 4096 for now (FFT sizes 256 .. 8192 are built);
-longer sequences raise InputError saying so.
+reference; docs/fftconv.md describes the kernels. N may be 1 .. 2^20: up to 4096 each sequence is one FFT of size L
+(the smallest of 256, 512, ..., 8192 that is at least 2N); longer ones are cut into blocks of 4096 samples, each
+transformed at 8192 points, and combined in frequency (the block path).
 
-``fftconv_spectrum(k, N)`` is the filter's spectrum as the kernels read it: rfft(k, L), complex64 (H, L / 2 + 1),
-with L the FFT size used for length N (the smallest of 256, 512, ..., 8192 that is at least 2N). Where L = 2N (N a
-power of two from 128) it equals ``tk_ops.reference.fftconv_spectrum(k, N)``. Passing it as ``k_f=`` (with k None)
-skips the spectrum computation, for inference with a fixed filter.
+``fftconv_spectrum(k, N)`` is the filter's spectrum as the kernels read it: up to N = 4096, rfft(k, L), complex64
+(H, L / 2 + 1), which for L = 2N (N a power of two from 128) equals ``tk_ops.reference.fftconv_spectrum(k, N)``;
+past it, rfft of each block of 4096 taps at 8192 points, (H, ceil(Nk / 4096), 4097). Passing it as ``k_f=`` (with
+k None) skips the spectrum computation, for inference with a fixed filter.
 
 The ops are ``torch.ops.tk_ops.fftconv_fwd(u, k, pregate, postgate, k_f)`` and
 ``torch.ops.tk_ops.fftconv_spectrum(k, n)`` (kernels/fftconv/binding.cpp, which holds every argument rule), and the
@@ -24,7 +25,7 @@ dpostgate)`` (kernels/fftconv/bwd_binding.cpp).
 Gradients flow to u, k (in k's dtype) and the gates through ``torch.ops.tk_ops.fftconv_bwd`` (registered as the
 op's autograd formula in C++, kernels/fftconv/autograd.cpp; torch.compile and CUDA graphs take it like any op): those
 of u and the gates run the forward kernel again (on the time-reversed output gradient for u and pregate), the
-filter's is computed with torch's fp32 FFTs. The cached spectrum is for inference and gets no gradient: a ``k_f``
+filter's runs kernels of its own on the same transforms (fp32 sums over the batch). The cached spectrum is for inference and gets no gradient: a ``k_f``
 that requires one is refused, as is ``fftconv_spectrum`` of a filter that requires one (pass k itself to train it);
 with a ``k_f`` that needs none, u and the gates still get their gradients.
 """
@@ -52,8 +53,8 @@ def fftconv(u: torch.Tensor, k: torch.Tensor | None, pregate: torch.Tensor | Non
 
 
 def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
-    """The spectrum of the filters k (H, Nk) for sequences of length N, as ``fftconv(..., k_f=)`` takes it:
-    rfft(k, L), complex64 (H, L / 2 + 1), L the FFT size of length N (module docstring)."""
+    """The spectrum of the filters k (H, Nk) for sequences of length N, as ``fftconv(..., k_f=)`` takes it: complex64
+    rfft(k, L) (H, L / 2 + 1), L the FFT size of length N, or per filter block past N = 4096 (module docstring)."""
     if isinstance(N, bool) or not isinstance(N, int):
         raise InputError(f"tk_ops.fftconv_spectrum: N must be an int, got {type(N).__name__}")
     args = (k, N)

@@ -565,7 +565,7 @@ class LongConv(torch.nn.Module):
 
     A sequence shorter than max_len uses the filter's first N taps (time is measured in taps, so a prefix of a
     sequence gives the prefix of the output); a longer one is refused, and max_len itself may not exceed the kernels'
-    longest sequence (4096 for now; checked when the extension is built, else at the first call).
+    longest sequence (2^20; checked when the extension is built, else at the first call).
 
     The skip D * v enters as the filter's tap 0 (k_eff[:, 0] + D: conv(v, k) + D v = conv(v, k + D delta)), so one
     fftconv call computes everything, postgate included, and D's gradient is the filter gradient's tap 0. The op

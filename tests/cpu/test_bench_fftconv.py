@@ -174,16 +174,16 @@ def fixed_timer(fn, arg_sets, reps, warmup):
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_refused_size_is_tk_ops_result_and_peers_still_run(backward, monkeypatch):
-    """N = 8192 is past what tk_ops.fftconv is built for: its InputError (raised by the argument rules, on the CPU as
-    on the GPU) becomes tk_ops's entry in the row, the peers are timed, and the table says why."""
+    """N = 2^20 + 1 is past what tk_ops.fftconv takes: its InputError (raised by the argument rules, on the CPU as on
+    the GPU) becomes tk_ops's entry in the row, the peers are timed, and the table says why."""
     skip_unless_built("the FFT convolution ops", "fftconv")
     monkeypatch.setattr(fftconv, "_flash_class", lambda: None)
-    case = fftconv.fftconv_case(8192, 1, backward=backward, heads=2, device="cpu")
+    case = fftconv.fftconv_case((1 << 20) + 1, 1, backward=backward, heads=1, device="cpu")
     row = core.run_case(case, reps=2, warmup=1, l2_bytes=1 << 20, timer=fixed_timer)
     ours, peer = row.results["tk_ops"], row.results["torch.fft"]
     assert ours.ms is None and peer.ms == 2.0
     assert peer.tflops == pytest.approx(case.flops / 2e-3 / 1e12)
-    assert ours.error.startswith("InputError") and "= 8192 is longer than the longest sequence built" in ours.error
+    assert ours.error.startswith("InputError") and "= 1048577 is longer than the longest sequence" in ours.error
     assert row.rel_err is None and row.ratio() is None
     table = core.format_table([row])
     assert "errors:" in table and f"tk_ops: {ours.error}" in table

@@ -28,9 +28,8 @@ def conv_args(b=2, h=4, n=100, nk=100, dtype=torch.bfloat16, k_dtype=torch.float
     (lambda: conv_args(k_dtype=torch.float64), DTypeError, r"k must be float32 \(or bfloat16 / float16\), got torch.float64"),
     (lambda: (t(4, 100), t(4, 100, dtype=torch.float32)), InputError, r"u must be 3-D \(batch, channels, seq_len\)"),
     (lambda: (t(2, 4, 0), t(4, 1, dtype=torch.float32)), InputError, "sequence length N .* must be at least 1, got 0"),
-    (lambda: conv_args(n=4097, nk=10), InputError,
-     r"N \(u's last dimension\) = 4097 is longer than the longest sequence built so far, 4096 \(FFT sizes 256, 512, "
-     r"1024, 2048, 4096, 8192 are built"),
+    (lambda: conv_args(b=1, h=1, n=(1 << 20) + 1, nk=10), InputError,
+     r"N \(u's last dimension\) = 1048577 is longer than the longest sequence supported, 1048576"),
     (lambda: conv_args(nk=101), InputError, "k's length Nk = 101 must be between 1 and the sequence length N = 100"),
     (lambda: conv_args(nk=0), InputError, "k's length Nk = 0 must be between 1"),
     (lambda: (t(2, 4, 100), t(3, 100, dtype=torch.float32)), InputError,
@@ -110,13 +109,16 @@ def test_inputs_that_require_grad_meet_the_same_rules(no_grad, built):
 
 # ---------------------------------------------------------------- Meta kernels
 
-@pytest.mark.parametrize("n, fft", [(1, 256), (128, 256), (129, 512), (1000, 2048), (4096, 8192)])
-def test_meta_shapes(n, fft, built):
+# (N, the spectrum's shape for Nk = N // 2 taps): rfft(k, L) up to N = 4096, per filter block of 4096 taps past it.
+@pytest.mark.parametrize("n, spectrum", [(1, (6, 129)), (128, (6, 129)), (129, (6, 257)), (1000, (6, 1025)),
+                                         (4096, (6, 4097)), (4097, (6, 1, 4097)), (10000, (6, 2, 4097)),
+                                         (20000, (6, 3, 4097))])
+def test_meta_shapes(n, spectrum, built):
     u, k = conv_args(3, 6, n, max(1, n // 2), dtype=torch.float16, device="meta")
     y = torch.ops.tk_ops.fftconv_fwd(u, k, None, t(3, 6, n, dtype=torch.float16, device="meta"), None)
     assert y.shape == (3, 6, n) and y.dtype == torch.float16 and y.is_contiguous()
     k_f = torch.ops.tk_ops.fftconv_spectrum(k, n)
-    assert k_f.shape == (6, fft // 2 + 1) and k_f.dtype == torch.complex64
+    assert k_f.shape == spectrum and k_f.dtype == torch.complex64
     y = torch.ops.tk_ops.fftconv_fwd(u, None, None, None, k_f)
     assert y.shape == (3, 6, n)
 
@@ -128,4 +130,4 @@ def test_meta_runs_the_rules(built):
 
 
 def test_max_len(built):
-    assert torch.ops.tk_ops.fftconv_max_len() == 4096
+    assert torch.ops.tk_ops.fftconv_max_len() == 1 << 20

@@ -11,14 +11,13 @@ size 2N, its causal setting.
 FLOPs follow the ThunderKittens paper's convention, whatever work each side really does: 2 * 10 * N log2(N) * H * B
 for a forward. The comparison is the time; the ratio is ours over the best peer.
 
-tk_ops.fftconv is built for N <= 4096 only so far: at longer N it raises its InputError, which the table records
-as tk_ops's result for that size (the peers are still timed) and which makes the command exit 1, as any row where
-ours did not run does.
+Sizes tk_ops.fftconv refuses (past N = 2^20) would raise its InputError, which the table records as tk_ops's result
+for that size (the peers are still timed) and which makes the command exit 1, as any row where ours did not run does.
 
 --backward times a training step: the forward and the gradients of u, k and the gates (autograd.grad with the same
 output gradient on every side), counted as 3x the forward's FLOPs as in the other families. tk_ops's backward runs
-the forward kernel once more for u and pregate and once for postgate, and torch's fp32 FFTs for k (docs/fftconv.md,
-"Backward"); the table's rel.err is then over all the gradients together, against torch.fft's.
+the forward kernel once more for u and pregate and once for postgate, and its filter-gradient kernels for k
+(docs/fftconv.md, "Backward"); the table's rel.err is then over all the gradients together, against torch.fft's.
 """
 from __future__ import annotations
 
