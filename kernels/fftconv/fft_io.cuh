@@ -73,16 +73,18 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         detail::memory::cp_async_commit();
     }
 
-    // The outer steps move V consecutive positions (one 16-byte chunk of each plane, half of one at R = 8, where a
-    // thread holds R / 2 inputs or outputs of every position) per thread at a time.
-    static constexpr int V = R == 8 ? 4 : 8;
+    // The outer steps move V consecutive positions per thread at a time: one 16-byte chunk of each plane, or fewer where
+    // the M positions would leave some of the slot's threads idle (R = 8: a thread holds R / 2 inputs or outputs of
+    // every position, and M = 256 positions over 128 threads).
+    static constexpr int V = M / SLOT_THREADS >= 8 ? 8 : (M / SLOT_THREADS >= 4 ? 4 : 2);
     template <int N> struct alignas(4 * N) words { uint32_t w[N]; }; // one vector access
     using vec = words<V / 2>;
     __device__ static inline vec load_shared(uint32_t addr) {
         vec r;
         if constexpr (V == 8)
             asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.w[0]), "=r"(r.w[1]), "=r"(r.w[2]), "=r"(r.w[3]) : "r"(addr) : "memory");
-        else asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(r.w[0]), "=r"(r.w[1]) : "r"(addr) : "memory");
+        else if constexpr (V == 4) asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(r.w[0]), "=r"(r.w[1]) : "r"(addr) : "memory");
+        else asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r.w[0]) : "r"(addr) : "memory");
         return r;
     }
     __device__ static inline void unpack_words(const vec &w, float (&v)[V]) {
@@ -158,7 +160,8 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         const vec w = pack_words(v);
         if constexpr (V == 8)
             asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w.w[0]), "r"(w.w[1]), "r"(w.w[2]), "r"(w.w[3]) : "memory");
-        else asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(w.w[0]), "r"(w.w[1]) : "memory");
+        else if constexpr (V == 4) asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(w.w[0]), "r"(w.w[1]) : "memory");
+        else asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w.w[0]) : "memory");
     }
     __device__ static inline void load_v(uint32_t addr, float (&v)[V]) { unpack_words(load_shared(addr), v); }
 

@@ -56,15 +56,23 @@ template <typename T, int L> struct fftconv_fwd : fft_io<T, L> {
     };
 
     // The head's spectrum in the level-16 step's fragment order (each slot written in order, the rfft half gathered:
-    // it is read from L2 by every slot working on the head), with K[L - j] = conj K[j] for the other half.
+    // it is read from L2 by every slot working on the head), with K[L - j] = conj K[j] for the other half. All of a
+    // thread's gathers are issued before any is stored, so that their latencies overlap.
     __device__ static inline void load_spectrum(float2 *spectrum, const float2 *k_f, int tid) {
-        for (int idx = tid; idx < L; idx += SLOT_THREADS) {
+        constexpr int PER_THREAD = L / SLOT_THREADS;
+        static_assert(L % SLOT_THREADS == 0, "fftconv: the spectrum's slots divide among the slot's threads");
+        float2 c[PER_THREAD];
+#pragma unroll
+        for (int r = 0; r < PER_THREAD; r++) {
+            const int idx = tid + r * SLOT_THREADS;
             const int tile = idx / 128, lane = idx / 2 % 32, v = idx / 64 % 2 * 2 + idx % 2; // fragment_slot inverted
             const int o = 8 * tile + 2 * (lane % 4) + v % 2, j = lane / 4 + 8 * (v / 2);
             const int f = S::frequency_at(16 * o + j);
-            const float2 c = k_f[f <= L / 2 ? f : L - f];
-            spectrum[idx] = f <= L / 2 ? c : make_float2(c.x, -c.y);
+            c[r] = k_f[f <= L / 2 ? f : L - f];
+            if (f > L / 2) c[r].y = -c[r].y;
         }
+#pragma unroll
+        for (int r = 0; r < PER_THREAD; r++) spectrum[tid + r * SLOT_THREADS] = c[r];
     }
 
     // Outputs n0 .. n0 + V - 1 (n0 a multiple of V) of a row, those before the sequence's end, times their postgates:
