@@ -64,6 +64,16 @@ template <typename T, int L> cudaError_t launch_filter_gradient(const dk_problem
     return launch_pairs<fftconv_dk_kernel<K>, K>(g, int64_t((p.batch + 1) / 2) * p.heads, stream);
 }
 
+// Calls f.template operator()<HELD>() with the fewest blocks held in registers that covers `blocks` (2, 4, 8 or 16:
+// fewer registers, more threads in flight), or 0 (read from memory) past MAX_HELD.
+template <typename F> void with_held(int blocks, F &&f) {
+    if (blocks <= 2) f.template operator()<2>();
+    else if (blocks <= 4) f.template operator()<4>();
+    else if (blocks <= 8) f.template operator()<8>();
+    else if (blocks <= MAX_HELD) f.template operator()<MAX_HELD>();
+    else f.template operator()<0>();
+}
+
 template <typename T> cudaError_t launch_long(const long_problem &p, cudaStream_t stream) {
     using K = fftconv_blocks<T>;
     const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.postgate, p.y});
@@ -74,8 +84,9 @@ template <typename T> cudaError_t launch_long(const long_problem &p, cudaStream_
     if (cudaError_t e = launch_pairs<fftconv_blocks_forward<K>, K>(g, int64_t(pairs) * blocks, stream); e != cudaSuccess) return e;
     const int grid = int((int64_t(p.heads) * BLOCK_FFT + 255) / 256), pairs_per_head = (p.batch + 1) / 2;
     auto *spectra = static_cast<uint32_t *>(p.workspace);
-    if (blocks <= MAX_HELD) block_products<T, MAX_HELD><<<grid, 256, 0, stream>>>(spectra, p.k_f, p.heads, pairs_per_head, blocks, p.kblocks);
-    else block_products<T, 0><<<grid, 256, 0, stream>>>(spectra, p.k_f, p.heads, pairs_per_head, blocks, p.kblocks);
+    with_held(blocks, [&]<int HELD>() {
+        block_products<T, HELD><<<grid, 256, 0, stream>>>(spectra, p.k_f, p.heads, pairs_per_head, blocks, p.kblocks);
+    });
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     return launch_pairs<fftconv_blocks_inverse<K>, K>(g, pairs, stream);
 }
@@ -97,9 +108,9 @@ template <typename T> cudaError_t launch_long_dk(const long_dk_problem &p, cudaS
     if (cudaError_t e = spectra_of(p.dy, p.postgate, gs); e != cudaSuccess) return e;
     const int grid = int((int64_t(p.heads) * BLOCK_FFT + 255) / 256);
     const auto *x32 = reinterpret_cast<const uint32_t *>(xs), *g32 = reinterpret_cast<const uint32_t *>(gs);
-    if (blocks <= MAX_HELD)
-        block_correlations<T, MAX_HELD><<<grid, 256, 0, stream>>>(x32, g32, correlations, p.heads, pairs_per_head, blocks, kblocks);
-    else block_correlations<T, 0><<<grid, 256, 0, stream>>>(x32, g32, correlations, p.heads, pairs_per_head, blocks, kblocks);
+    with_held(blocks, [&]<int HELD>() {
+        block_correlations<T, HELD><<<grid, 256, 0, stream>>>(x32, g32, correlations, p.heads, pairs_per_head, blocks, kblocks);
+    });
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     const typename K::dk_globals g{reinterpret_cast<const float4 *>(correlations), p.dk, p.heads, p.taps, kblocks,
                                    sqrtf(float(BLOCK_FFT))};

@@ -238,8 +238,8 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
 // 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (i descending, so
 // every X read is still the input). One thread per (head, fragment slot e), looping over the head's pairs: the filter
 // blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
-// the pairs' spectra with consecutive threads on consecutive slots. Up to MAX_HELD blocks are held in registers;
-// longer sequences read X from memory.
+// the pairs' spectra with consecutive threads on consecutive slots. Up to HELD blocks are held in registers (the
+// launch picks the smallest HELD that covers the blocks, up to MAX_HELD); HELD = 0 reads X from memory.
 inline constexpr int MAX_HELD = 16;
 template <typename T, int HELD> __global__ __launch_bounds__(256) void block_products(uint32_t *spectra, const float2 *k_f,
                                                                                      int heads, int pairs_per_head,
@@ -262,6 +262,8 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_pro
 #pragma unroll
         for (int i = 0; i < HELD; i++) ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
     }
+    constexpr int PAIRS_IN_FLIGHT = HELD > 0 && HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
+#pragma unroll PAIRS_IN_FLIGHT
     for (int p = 0; p < pairs_per_head; p++) {
         uint32_t *x = spectra + (size_t(head) * pairs_per_head + p) * blocks * L + e;
         if constexpr (HELD > 0) {
@@ -304,6 +306,8 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_cor
         float2 acc[HELD + 1];
 #pragma unroll
         for (int d = 0; d <= HELD; d++) acc[d] = make_float2(0.f, 0.f);
+        constexpr int PAIRS_IN_FLIGHT = HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
+#pragma unroll PAIRS_IN_FLIGHT
         for (int p = 0; p < pairs_per_head; p++) {
             const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;
             float2 x[HELD], gv[HELD];
