@@ -165,50 +165,51 @@ at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
     return compute_spectrum(k, n, fft);
 }
 
+// y = conv(u, k_f) (gates applied) on the kernels; `reversed` reads and writes every row time-reversed. The arguments
+// passed the rules.
+at::Tensor convolve(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,
+                    const at::Tensor &k_f, int fft, bool reversed) {
+    at::Tensor y = empty_output(u_in);
+    if (y.numel() == 0) return y;
+    const at::Tensor u = dense(u_in), pregate = dense(pregate_in), postgate = dense(postgate_in);
+    const auto pointer = [](const at::Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; };
+    const int batch = int(u.size(0)), heads = int(u.size(1)), len = int(u.size(2));
+    const tk_fftconv::dtype type = kernel_type(u.scalar_type());
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    if (block_path(len)) {
+        const at::Tensor workspace = at::empty({int64_t(tk_fftconv::long_workspace_bytes(batch, heads, len))},
+                                               u.options().dtype(at::kByte));
+        const tk_fftconv::long_problem p{pointer(u), pointer(pregate), pointer(postgate),
+                                         reinterpret_cast<const float2 *>(k_f.data_ptr()), y.data_ptr(),
+                                         workspace.data_ptr(), batch, heads, len, int(k_f.size(1)), type, reversed};
+        check_launch(tk_fftconv::long_forward(p, stream), "tk_ops.fftconv block kernels");
+        return y;
+    }
+    const tk_fftconv::fwd_problem p{pointer(u), pointer(pregate), pointer(postgate),
+                                    reinterpret_cast<const float2 *>(k_f.data_ptr()), y.data_ptr(), batch, heads, len,
+                                    fft, type, reversed};
+    check_launch(tk_fftconv::forward(p, stream), "tk_ops.fftconv kernel");
+    return y;
+}
+
 at::Tensor fwd_cuda(const at::Tensor &u_in, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
                     const opt_tensor &postgate_opt, const opt_tensor &k_f_opt) {
     const at::Tensor k = k_opt.value_or(at::Tensor()), k_f_in = k_f_opt.value_or(at::Tensor());
     const at::Tensor pregate_in = pregate_opt.value_or(at::Tensor()), postgate_in = postgate_opt.value_or(at::Tensor());
     const int fft = fwd_rules(u_in, k, pregate_in, postgate_in, k_f_in);
     check_devices(FFTCONV, {{"u", u_in}, {"k", k}, {"k_f", k_f_in}, {"pregate", pregate_in}, {"postgate", postgate_in}});
-
     const c10::cuda::CUDAGuard guard(u_in.device());
-    at::Tensor y = empty_output(u_in);
-    if (y.numel() == 0) return y;
-    at::Tensor k_f = k_f_in.defined() ? k_f_in.resolve_conj().contiguous() : k_f_in; // a lazy conj() view is data
-    if (k.defined()) k_f = compute_spectrum(k, u_in.size(2), fft);
-    const at::Tensor u = dense(u_in), pregate = dense(pregate_in), postgate = dense(postgate_in);
-    if (block_path(u.size(2))) {
-        tk_fftconv::long_problem p{};
-        p.u = u.data_ptr();
-        p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
-        p.postgate = postgate.defined() ? postgate.data_ptr() : nullptr;
-        p.k_f = reinterpret_cast<const float2 *>(k_f.data_ptr());
-        p.y = y.data_ptr();
-        p.batch = int(u.size(0));
-        p.heads = int(u.size(1));
-        p.len = int(u.size(2));
-        p.kblocks = int(k_f.size(1));
-        p.type = kernel_type(u.scalar_type());
-        const at::Tensor workspace = at::empty({int64_t(tk_fftconv::long_workspace_bytes(p.batch, p.heads, p.len))},
-                                               u.options().dtype(at::kByte));
-        p.workspace = workspace.data_ptr();
-        check_launch(tk_fftconv::long_forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv block kernels");
-        return y;
-    }
-    tk_fftconv::fwd_problem p{};
-    p.u = u.data_ptr();
-    p.pregate = pregate.defined() ? pregate.data_ptr() : nullptr;
-    p.postgate = postgate.defined() ? postgate.data_ptr() : nullptr;
-    p.k_f = reinterpret_cast<const float2 *>(k_f.data_ptr());
-    p.y = y.data_ptr();
-    p.batch = int(u.size(0));
-    p.heads = int(u.size(1));
-    p.len = int(u.size(2));
-    p.fft = fft;
-    p.type = kernel_type(u.scalar_type());
-    check_launch(tk_fftconv::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv kernel");
-    return y;
+    if (u_in.numel() == 0) return empty_output(u_in);
+    // A lazy conj() view is data, not a flag the kernels would honour.
+    const at::Tensor k_f = k.defined() ? compute_spectrum(k, u_in.size(2), fft) : k_f_in.resolve_conj().contiguous();
+    return convolve(u_in, pregate_in, postgate_in, k_f, fft, false);
+}
+
+at::Tensor reversed_conv_cuda(const at::Tensor &u, const opt_tensor &pregate, const at::Tensor &k_f) {
+    const at::Tensor gate = pregate.value_or(at::Tensor());
+    const int fft = fwd_rules(u, at::Tensor(), gate, at::Tensor(), k_f);
+    const c10::cuda::CUDAGuard guard(u.device());
+    return convolve(u, gate, at::Tensor(), k_f.resolve_conj().contiguous(), fft, true);
 }
 
 // ---------------------------------------------------------------- Meta (torch.compile's fake tensors)

@@ -23,5 +23,8 @@ int fwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregat
 at::Tensor fwd_cuda(const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate, const opt_tensor &postgate,
                     const opt_tensor &k_f);
 at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n);
+// flip(conv(flip(u), pregate = flip(pregate), k_f)) along the rows, without the reversed copies: the kernels read and
+// write the rows backwards (u on the GPU, checked by fftconv_fwd's rules).
+at::Tensor reversed_conv_cuda(const at::Tensor &u, const opt_tensor &pregate, const at::Tensor &k_f);
 
 } // namespace tk_fftconv_binding

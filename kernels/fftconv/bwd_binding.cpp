@@ -7,7 +7,8 @@
 // are empty (0,) tensors (a schema's outputs are tensors). With g = dy * postgate and v = u * pregate
 // (docs/fftconv.md, "Gradients" and "Backward"):
 //
-//   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernel on the time-reversed g, reversed back
+//   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernels on the time-reversed g, reversed (they read
+//                                  and write the rows backwards) back
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
 //   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (on the CPU: ATen's FFTs, for the tests)
@@ -80,7 +81,6 @@ struct gradients {
 
 // ---------------------------------------------------------------- the composition
 
-at::Tensor reversed(const at::Tensor &t) { return t.defined() ? t.flip(-1) : t; }
 opt_tensor present(const at::Tensor &t) { return t.defined() ? opt_tensor(t) : std::nullopt; }
 
 // dk[h, m] = sum_b sum_n g[b, h, n] v[b, h, n - m] for m < taps (fp32), as the correlation irfft(G conj(V)) summed
@@ -140,6 +140,7 @@ struct forward_ops {
     at::Tensor (*spectrum)(const at::Tensor &, int64_t);
     at::Tensor (*filter_gradient)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &,
                                   int64_t, int);
+    at::Tensor (*reversed_conv)(const at::Tensor &, const opt_tensor &, const at::Tensor &); // binding.h
 };
 
 // The gradients from forward convolutions and dk's FFTs (the top of the file); the arguments passed the rules.
@@ -156,8 +157,7 @@ grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &
     const at::Tensor spectrum = k.defined() && convolve ? ops.spectrum(k, u.size(2)) : k_f;
     if (mask[U] || mask[PRE]) {
         // The forward forms its gated input flip(dy) * flip(postgate) = flip(g) itself.
-        const at::Tensor dv =
-            ops.conv(reversed(dy), std::nullopt, present(reversed(postgate)), std::nullopt, spectrum).flip(-1);
+        const at::Tensor dv = ops.reversed_conv(dy, present(postgate), spectrum);
         if (mask[U]) {
             if (pregate.defined()) at::mul_out(out.du, dv, pregate);
             else out.du = dv;
@@ -180,7 +180,7 @@ grads_tuple bwd_cuda(const at::Tensor &u, const opt_tensor &k_opt, const opt_ten
     check_devices(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
                             {"the output's gradient", dy}});
     const c10::cuda::CUDAGuard guard(u.device());
-    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&fwd_cuda, &spectrum_cuda, &filter_gradient_cuda});
+    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&fwd_cuda, &spectrum_cuda, &filter_gradient_cuda, &reversed_conv_cuda});
 }
 
 // ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
@@ -215,6 +215,13 @@ at::Tensor dispatched_spectrum(const at::Tensor &k, int64_t n) {
     return op.call(k, n);
 }
 
+// reversed_conv_cuda's composition by copies, through the dispatcher.
+at::Tensor dispatched_reversed_conv(const at::Tensor &u, const opt_tensor &pregate, const at::Tensor &k_f) {
+    return dispatched_conv(u.flip(-1), std::nullopt, pregate ? opt_tensor(pregate->flip(-1)) : std::nullopt, std::nullopt,
+                           k_f)
+        .flip(-1);
+}
+
 grads_tuple bwd_cpu(const at::Tensor &u, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
                     const opt_tensor &postgate_opt, const opt_tensor &k_f_opt, const at::Tensor &dy,
                     output_mask mask) {
@@ -225,7 +232,7 @@ grads_tuple bwd_cpu(const at::Tensor &u, const opt_tensor &k_opt, const opt_tens
     if (!(mask[U] || mask[PRE] || mask[POST]) || u.numel() == 0)
         reject_cpu(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
                              {"the output's gradient", dy}});
-    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&dispatched_conv, &dispatched_spectrum, &filter_gradient_fft});
+    return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&dispatched_conv, &dispatched_spectrum, &filter_gradient_fft, &dispatched_reversed_conv});
 }
 
 } // namespace

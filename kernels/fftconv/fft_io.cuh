@@ -12,7 +12,10 @@
 
 namespace tk_fftconv {
 
-template <typename T, int L> struct fft_io : fft_steps<T, L> {
+// REVERSED: every row is read and written time-reversed (sample n of the sequence the kernels see is element
+// len - 1 - n of the row): the backward's correlations are convolutions of reversed rows, and this spares them
+// reversed copies.
+template <typename T, int L, bool REVERSED = false> struct fft_io : fft_steps<T, L> {
     using S = fft_steps<T, L>;
     using S::M;
     using S::R;
@@ -21,6 +24,10 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
     using typename S::T2;
     using typename S::tables;
     static constexpr int MAX_LEN = L / 2;
+    // The outer steps move V consecutive positions per thread at a time: one 16-byte chunk of each plane, or fewer where
+    // the M positions would leave some of the slot's threads idle (R = 8: a thread holds R / 2 inputs or outputs of
+    // every position, and M = 256 positions over 128 threads).
+    static constexpr int V = M / SLOT_THREADS >= 8 ? 8 : (M / SLOT_THREADS >= 4 ? 4 : 2);
 
     // Where a pass reads from: rows (batch, heads, len) of data, times gate (which may be null).
     struct source {
@@ -32,14 +39,29 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         int paired;  // an even length and 4-byte aligned rows: two neighbouring samples are one access
         int vectors; // a length that is a multiple of 8 and 16-byte aligned rows: V samples are one access
     };
+    // Element of a row holding sample x of the sequence the kernels see.
+    __device__ static inline int element(const layout &g, int x) { return REVERSED ? g.len - 1 - x : x; }
+    // Element of a row holding the first of the `count` samples x .. x + count - 1 (held backwards when REVERSED).
+    __device__ static inline int first_element(const layout &g, int x, int count) { return REVERSED ? g.len - x - count : x; }
+    // A vector of V samples as read from (or written to) the row: backwards when REVERSED.
+    __device__ static inline void orient(const layout &, float (&v)[V]) {
+        if constexpr (!REVERSED) return;
+#pragma unroll
+        for (int e = 0; e < V / 2; e++) {
+            const float t = v[e];
+            v[e] = v[V - 1 - e];
+            v[V - 1 - e] = t;
+        }
+    }
     // A pair's rows (and gates) copied ahead by cp.async.
     struct raw_rows {
         T data[2][MAX_LEN], gate[2][MAX_LEN];
     };
 
     struct pair_rows {
-        size_t row0, row1; // element offsets of the rows' first samples (row1 = row0 where b + 1 does not exist)
+        size_t row0, row1; // element offsets of the rows (row1 = row0 where b + 1 does not exist)
         int head;
+        int first; // the sequence's sample that is this item's sample 0 (a block's start on the block path)
         int valid; // samples that exist from there (the rest read as zero)
         bool second;
     };
@@ -49,6 +71,7 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         pair_rows r;
         r.head = h;
         r.second = b0 + 1 < g.batch;
+        r.first = 0;
         r.valid = g.len;
         r.row0 = (size_t(b0) * g.heads + h) * g.len;
         r.row1 = r.second ? r.row0 + size_t(g.heads) * g.len : r.row0;
@@ -73,10 +96,6 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
         detail::memory::cp_async_commit();
     }
 
-    // The outer steps move V consecutive positions per thread at a time: one 16-byte chunk of each plane, or fewer where
-    // the M positions would leave some of the slot's threads idle (R = 8: a thread holds R / 2 inputs or outputs of
-    // every position, and M = 256 positions over 128 threads).
-    static constexpr int V = M / SLOT_THREADS >= 8 ? 8 : (M / SLOT_THREADS >= 4 ? 4 : 2);
     template <int N> struct alignas(4 * N) words { uint32_t w[N]; }; // one vector access
     using vec = words<V / 2>;
     __device__ static inline vec load_shared(uint32_t addr) {
@@ -107,18 +126,20 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
     __device__ static inline float2 input_pair(const layout &g, source src, const pair_rows &rows, int r, int n) {
         if (n >= rows.valid || (r == 1 && !rows.second)) return make_float2(0.f, 0.f);
         const size_t row = r ? rows.row1 : rows.row0;
-        if (g.paired && n + 1 < rows.valid) {
-            float2 x = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(src.data + row + n));
+        if (g.paired && n + 1 < rows.valid) { // an even length and an even first sample: the pair is one aligned word
+            const size_t at = row + first_element(g, rows.first + n, 2);
+            float2 x = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(src.data + at));
             if (src.gate) {
-                const float2 p = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(src.gate + row + n));
+                const float2 p = base_types::convertor<float2, T2>::convert(*reinterpret_cast<const T2 *>(src.gate + at));
                 x = make_float2(x.x * p.x, x.y * p.y);
             }
-            return x;
+            return REVERSED ? make_float2(x.y, x.x) : x;
         }
         const auto one = [&](int i) {
             if (i >= rows.valid) return 0.f;
-            const float x = S::to_float(src.data[row + i]);
-            return src.gate ? x * S::to_float(src.gate[row + i]) : x;
+            const size_t at = row + element(g, rows.first + i);
+            const float x = S::to_float(src.data[at]);
+            return src.gate ? x * S::to_float(src.gate[at]) : x;
         };
         return make_float2(one(n), one(n + 1));
     }
@@ -133,16 +154,19 @@ template <typename T, int L> struct fft_io : fft_steps<T, L> {
             return;
         }
         if (raw || (g.vectors && n0 + V <= rows.valid)) { // staged lengths are multiples of 8: all V exist
+            // Lengths and first samples are multiples of 8 here: the V elements are one aligned vector either way.
+            const int at = first_element(g, rows.first + n0, V);
             const size_t row = r ? rows.row1 : rows.row0;
-            unpack_words(raw ? load_shared(static_cast<uint32_t>(__cvta_generic_to_shared(&raw->data[r][n0])))
-                             : *reinterpret_cast<const vec *>(src.data + row + n0), x);
+            unpack_words(raw ? load_shared(static_cast<uint32_t>(__cvta_generic_to_shared(&raw->data[r][at])))
+                             : *reinterpret_cast<const vec *>(src.data + row + at), x);
             if (src.gate) {
                 float p[V];
-                unpack_words(raw ? load_shared(static_cast<uint32_t>(__cvta_generic_to_shared(&raw->gate[r][n0])))
-                                 : *reinterpret_cast<const vec *>(src.gate + row + n0), p);
+                unpack_words(raw ? load_shared(static_cast<uint32_t>(__cvta_generic_to_shared(&raw->gate[r][at])))
+                                 : *reinterpret_cast<const vec *>(src.gate + row + at), p);
 #pragma unroll
                 for (int e = 0; e < V; e++) x[e] *= p[e];
             }
+            orient(g, x);
             return;
         }
 #pragma unroll

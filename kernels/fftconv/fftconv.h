@@ -49,6 +49,7 @@ struct fwd_problem {
     void *y;                         // (batch, heads, len) contiguous, u's dtype
     int batch, heads, len, fft;      // fft = fft_size(len)
     dtype type;                      // bf16 or fp16
+    bool reversed;                   // every row read and written time-reversed (the backward's correlations)
 };
 
 // y = postgate * causal_conv(u * pregate, k) through the spectrum (the caller checked everything).
@@ -68,6 +69,7 @@ struct long_problem {
     void *workspace;                    // long_workspace_bytes
     int batch, heads, len, kblocks;     // ONCHIP_LEN < len <= MAX_LEN, 1 <= kblocks <= blocks_of(len)
     dtype type;                         // bf16 or fp16
+    bool reversed;                      // as fwd_problem's
 };
 inline size_t long_workspace_bytes(int batch, int heads, int len) {
     return size_t((batch + 1) / 2) * heads * blocks_of(len) * BLOCK_FFT * 4; // 16-bit complex spectra of every block

@@ -11,8 +11,8 @@
 
 namespace tk_fftconv {
 
-template <typename T, int L> struct fftconv_fwd : fft_io<T, L> {
-    using IO = fft_io<T, L>;
+template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<T, L, REVERSED> {
+    using IO = fft_io<T, L, REVERSED>;
     using S = fft_steps<T, L>;
     using S::M;
     using S::SLOT_THREADS;
@@ -78,22 +78,25 @@ template <typename T, int L> struct fftconv_fwd : fft_io<T, L> {
     // Outputs n0 .. n0 + V - 1 (n0 a multiple of V) of a row, those before the sequence's end, times their postgates:
     // one vector store (and postgate load) when the layout allows.
     __device__ static inline void output_v(const globals &g, size_t row, int n0, const float (&v)[V]) {
-        if (g.shape.vectors) { // the length is a multiple of 8: all V exist
+        if (g.shape.vectors) { // the length is a multiple of 8: all V exist, one aligned vector either way
+            const size_t at = row + IO::first_element(g.shape, n0, V);
             float y[V];
 #pragma unroll
             for (int e = 0; e < V; e++) y[e] = v[e];
+            IO::orient(g.shape, y);
             if (g.postgate) {
                 float p[V];
-                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + row + n0), p);
+                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + at), p);
 #pragma unroll
                 for (int e = 0; e < V; e++) y[e] *= p[e];
             }
-            *reinterpret_cast<vec *>(g.y + row + n0) = IO::pack_words(y);
+            *reinterpret_cast<vec *>(g.y + at) = IO::pack_words(y);
             return;
         }
         for (int e = 0; e < V && n0 + e < g.shape.len; e++) {
-            const float p = g.postgate ? S::to_float(g.postgate[row + n0 + e]) : 1.f;
-            g.y[row + n0 + e] = base_types::convertor<T, float>::convert(v[e] * p);
+            const size_t at = row + IO::element(g.shape, n0 + e);
+            const float p = g.postgate ? S::to_float(g.postgate[at]) : 1.f;
+            g.y[at] = base_types::convertor<T, float>::convert(v[e] * p);
         }
     }
 

@@ -46,8 +46,8 @@ template <typename layout> layout rows_layout(int batch, int heads, int len, std
     return layout{batch, heads, len, len % 2 == 0 && words, len % 8 == 0 && vectors};
 }
 
-template <typename T, int L> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
-    using K = fftconv_fwd<T, L>;
+template <typename T, int L, bool REVERSED> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
+    using K = fftconv_fwd<T, L, REVERSED>;
     const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.postgate, p.y});
     const bool staged = K::STAGED && p.len % 8 == 0 && aligned(p.u, 16) && aligned(p.pregate, 16);
     const typename K::globals g{shape, static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
@@ -74,8 +74,8 @@ template <typename F> void with_held(int blocks, F &&f) {
     else f.template operator()<0>();
 }
 
-template <typename T> cudaError_t launch_long(const long_problem &p, cudaStream_t stream) {
-    using K = fftconv_blocks<T>;
+template <typename T, bool REVERSED> cudaError_t launch_long(const long_problem &p, cudaStream_t stream) {
+    using K = fftconv_blocks<T, REVERSED>;
     const auto shape = rows_layout<typename K::layout>(p.batch, p.heads, p.len, {p.u, p.pregate, p.postgate, p.y});
     const int blocks = int(blocks_of(p.len)), pairs = (p.batch + 1) / 2 * p.heads;
     const typename K::globals g{shape, static_cast<const T *>(p.u), static_cast<const T *>(p.pregate),
@@ -135,7 +135,9 @@ template <template <typename, int> typename LAUNCH, typename P> cudaError_t for_
     return cudaErrorInvalidValue;
 }
 template <typename T, int L> struct forward_launch {
-    static cudaError_t run(const fwd_problem &p, cudaStream_t stream) { return launch_forward<T, L>(p, stream); }
+    static cudaError_t run(const fwd_problem &p, cudaStream_t stream) {
+        return p.reversed ? launch_forward<T, L, true>(p, stream) : launch_forward<T, L, false>(p, stream);
+    }
 };
 template <typename T, int L> struct filter_gradient_launch {
     static cudaError_t run(const dk_problem &p, cudaStream_t stream) { return launch_filter_gradient<T, L>(p, stream); }

@@ -18,9 +18,9 @@
 
 namespace tk_fftconv {
 
-template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
+template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, BLOCK_FFT, REVERSED> {
     static constexpr int L = BLOCK_FFT, B = BLOCK_LEN;
-    using IO = fft_io<T, L>;
+    using IO = fft_io<T, L, REVERSED>;
     using S = fft_steps<T, L>;
     using S::M;
     using S::SLOT_THREADS;
@@ -73,8 +73,7 @@ template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
         for (int item = first; item < last; item++) {
             const int block = item % g.blocks;
             pair_rows rows = IO::rows_of(g.shape, item / g.blocks);
-            rows.row0 += size_t(block) * B;
-            rows.row1 += size_t(block) * B;
+            rows.first = block * B;
             rows.valid = min(B, g.shape.len - block * B);
             S::slot_sync(q); // the planes are free
             IO::load_input(s.t, m, nullptr, g.shape, source{g.x, g.gate}, rows, tid);
@@ -91,25 +90,27 @@ template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
         }
     }
 
-    // Outputs n0 .. n0 + V - 1 of a row (n0 a multiple of V, the row's offset included in row), those before the end,
-    // times their postgates.
-    __device__ static inline void output_v(const globals &g, size_t row, int n0, int valid, const float (&v)[V]) {
-        if (g.shape.vectors && n0 + V <= valid) {
+    // Samples n0 .. n0 + V - 1 of a row's sequence (n0 a multiple of V), those before `end`, times their postgates.
+    __device__ static inline void output_v(const globals &g, size_t row, int n0, int end, const float (&v)[V]) {
+        if (g.shape.vectors && n0 + V <= end) { // lengths and blocks are multiples of 8: one aligned vector
+            const size_t at = row + IO::first_element(g.shape, n0, V);
             float y[V];
 #pragma unroll
             for (int e = 0; e < V; e++) y[e] = v[e];
+            IO::orient(g.shape, y);
             if (g.postgate) {
                 float p[V];
-                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + row + n0), p);
+                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + at), p);
 #pragma unroll
                 for (int e = 0; e < V; e++) y[e] *= p[e];
             }
-            *reinterpret_cast<vec *>(g.y + row + n0) = IO::pack_words(y);
+            *reinterpret_cast<vec *>(g.y + at) = IO::pack_words(y);
             return;
         }
-        for (int e = 0; e < V && n0 + e < valid; e++) {
-            const float p = g.postgate ? S::to_float(g.postgate[row + n0 + e]) : 1.f;
-            g.y[row + n0 + e] = base_types::convertor<T, float>::convert(v[e] * p);
+        for (int e = 0; e < V && n0 + e < end; e++) {
+            const size_t at = row + IO::element(g.shape, n0 + e);
+            const float p = g.postgate ? S::to_float(g.postgate[at]) : 1.f;
+            g.y[at] = base_types::convertor<T, float>::convert(v[e] * p);
         }
     }
 
@@ -162,8 +163,8 @@ template <typename T> struct fftconv_blocks : fft_io<T, BLOCK_FFT> {
                         a[e] = re[e] + (block ? m.tail[0][n0 + e] : 0.f);
                         b[e] = im[e] + (block ? m.tail[1][n0 + e] : 0.f);
                     }
-                    output_v(g, rows.row0 + offset, n0, valid, a);
-                    if (rows.second) output_v(g, rows.row1 + offset, n0, valid, b);
+                    output_v(g, rows.row0, offset + n0, g.shape.len, a);
+                    if (rows.second) output_v(g, rows.row1, offset + n0, g.shape.len, b);
                 });
             }
         }
