@@ -211,34 +211,87 @@ template <typename T, int L> struct fft_steps {
         for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i], false);
     }
 
-    // The level-16 steps, whose columns are 16 contiguous elements: the forward DFT into output fragments (yr, yi: the
-    // warp's tiles, values in fragment_slot order), and the inverse DFT from such fragments (movmatrix turns a product's
-    // output fragments into the next product's B fragments) followed by the twiddles of the inverse step at level 256.
-    using fragments = float2[WARP_TILES][2];
-    __device__ static inline void middle_forward(const planes &m, const dft16 &f, int wq, int lane, fragments &yr,
-                                                 fragments &yi) {
-        uint32_t b[WARP_TILES][4];
+    // The levels 256 and 16 of one 256-element block (unit u of the warp: elements 256 unit ..), in registers. A
+    // level-256 step's output tile holds rows j (output digits) by columns t (positions within 16): exactly the B
+    // fragments (k = t, n = j) of the level-16 step, whose columns are the j's 16 contiguous elements, so it feeds the
+    // level-16 product as it stands. The level-16 outputs are fragments yr, yi [h]: the block's columns j = 8h ..
+    // 8h + 7, i.e. tile tile_of(wq, 2u + h), values in fragment_slot order. TOP_HALF: level 256 is the top with R = 1.
+    using tile_fragments = float2[2][2]; // [h][row half]
+    template <bool TOP_HALF> __device__ static inline void forward_block(const planes &m, const tables &s, const dft16 &f,
+                                                                       int wq, int lane, int u, tile_fragments &yr,
+                                                                       tile_fragments &yi) {
+        float2 ar[2][2], ai[2][2];
+        if constexpr (TOP_HALF) {
+            uint32_t b[4];
+            detail::memory::ldmatrix_x4<true>(b, half_address<256>(m, wq + u * SLOT_WARPS, lane));
+            const uint32_t a_re[4] = {f.re[0], f.re[1], f.neg_im[0], f.neg_im[1]}; // as in forward_step
+            const uint32_t a_im[4] = {f.im[0], f.im[1], f.re[0], f.re[1]};
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) detail::memory::ldmatrix_x4<false>(b[i], tile_address<16>(m, tile_of(wq, i), lane));
+            for (int c = 0; c < 2; c++) {
+                ar[c][0] = ar[c][1] = ai[c][0] = ai[c][1] = make_float2(0.f, 0.f);
+                mma(ar[c], a_re, b[2 * c], b[2 * c + 1]);
+                mma(ai[c], a_im, b[2 * c], b[2 * c + 1]);
+            }
+        } else {
+            uint32_t b[2][4];
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) dft_tile<false>(yr[i], yi[i], f, b[i]);
-    }
-    __device__ static inline void middle_inverse(planes &m, const dft16 &f, const tables &s, int wq, int lane,
-                                                 fragments &yr, fragments &yi) {
-        uint32_t b[WARP_TILES][4];
+            for (int c = 0; c < 2; c++) detail::memory::ldmatrix_x4<true>(b[c], tile_address<256>(m, tile_of(wq, 2 * u + c), lane));
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) {
-            b[i][0] = detail::reg::movmatrix_trans(pack(yr[i][0]));
-            b[i][1] = detail::reg::movmatrix_trans(pack(yr[i][1]));
-            b[i][2] = detail::reg::movmatrix_trans(pack(yi[i][0]));
-            b[i][3] = detail::reg::movmatrix_trans(pack(yi[i][1]));
+            for (int c = 0; c < 2; c++) dft_tile<false>(ar[c], ai[c], f, b[c]);
         }
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) dft_tile<true>(yr[i], yi[i], f, b[i]);
+        for (int c = 0; c < 2; c++) twiddle(ar[c], ai[c], s.tw + tw_offset(0, false), tile_of(wq, 2 * u + c) % 2, lane);
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) twiddle(yr[i], yi[i], s.tw + tw_offset(0, true), tile_of(wq, i) % 2, lane);
+        for (int h = 0; h < 2; h++) {
+            const uint32_t x[4] = {pack(ar[0][h]), pack(ar[1][h]), pack(ai[0][h]), pack(ai[1][h])};
+            dft_tile<false>(yr[h], yi[h], f, x);
+        }
+    }
+    // Back from a block's level-16 fragments: the inverse level-16 DFT (movmatrix turns the forward product's output
+    // fragments into B fragments of the same columns), the level-256 input twiddles, and the inverse level-256 step fed
+    // by the level-16 output fragments as they stand; then the next level's input twiddles (TW_NEXT) and the store, or
+    // at the top with R = 1 (TOP_HALF) only the kept digits 0..7.
+    template <bool TOP_HALF, bool TW_NEXT> __device__ static inline void inverse_block(planes &m, const tables &s,
+                                                                                     const dft16 &f, int wq, int lane,
+                                                                                     int u, tile_fragments &yr,
+                                                                                     tile_fragments &yi) {
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<16>(m, tile_of(wq, i), lane), yr[i], yi[i], true);
+        for (int h = 0; h < 2; h++) {
+            const uint32_t b[4] = {detail::reg::movmatrix_trans(pack(yr[h][0])), detail::reg::movmatrix_trans(pack(yr[h][1])),
+                                   detail::reg::movmatrix_trans(pack(yi[h][0])), detail::reg::movmatrix_trans(pack(yi[h][1]))};
+            dft_tile<true>(yr[h], yi[h], f, b);
+            twiddle(yr[h], yi[h], s.tw + tw_offset(0, true), tile_of(wq, 2 * u + h) % 2, lane);
+        }
+        // Level-256 tile 2u + c (positions t = 8c ..): k = j from the level-16 tiles h = 0 (j < 8) and 1.
+        uint32_t b[2][4];
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            b[c][0] = pack(yr[0][c]);
+            b[c][1] = pack(yr[1][c]);
+            b[c][2] = pack(yi[0][c]);
+            b[c][3] = pack(yi[1][c]);
+        }
+        if constexpr (TOP_HALF) {
+            const uint32_t a_r[4] = {f.re[0], f.neg_im[0], f.re[2], f.neg_im[2]}; // as in inverse_step
+            const uint32_t a_i[4] = {f.im[0], f.re[0], f.im[2], f.re[2]};
+            float2 o[2][2];
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                o[c][0] = o[c][1] = make_float2(0.f, 0.f);
+                mma(o[c], a_r, b[c][0], b[c][1]);
+                mma(o[c], a_i, b[c][2], b[c][3]);
+            }
+            const uint32_t v[4] = {pack(o[0][0]), pack(o[0][1]), pack(o[1][0]), pack(o[1][1])};
+            detail::memory::stmatrix_x4<false>(half_address<256>(m, wq + u * SLOT_WARPS, lane), v);
+        } else {
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float2 orr[2], oi[2];
+                dft_tile<true>(orr, oi, f, b[c]);
+                if constexpr (TW_NEXT) twiddle(orr, oi, s.tw + tw_offset(1, true), tile_of(wq, 2 * u + c) % 32, lane);
+                store_tile(tile_address<256>(m, tile_of(wq, 2 * u + c), lane), orr, oi, false);
+            }
+        }
     }
 
     // An inverse radix-16 step at level LS (> 16): conjugate DFT down each column (its inputs already twiddled), then
@@ -318,28 +371,60 @@ template <typename T, int L> struct fft_steps {
         }
         return f;
     }
-    // Forward levels M .. 256 (recursively: level LS, then LS / 16).
-    template <int LS> __device__ static inline void forward_levels(planes &m, const tables &s, const dft16 &f,
-                                                                 int q, int wq, int lane) {
-        if constexpr (LS >= 256) {
-            constexpr int lv = LS == 256 ? 0 : 1;
-            static_assert(LS == 256 || LS == 4096, "fftconv: twiddle tables exist for levels 256 and 4096");
-            forward_step<LS, R == 1 && LS == M>(m, f, s.tw + tw_offset(lv, false), wq, lane);
+    // Forward levels M .. 4096 (recursively: level LS, then LS / 16), each followed by the slot's barrier.
+    template <int LS> __device__ static inline void forward_levels(planes &m, const tables &s, const dft16 &f, int q,
+                                                                 int wq, int lane) {
+        if constexpr (LS > 256) {
+            static_assert(LS == 4096, "fftconv: twiddle tables exist for levels 256 and 4096");
+            forward_step<LS, R == 1 && LS == M>(m, f, s.tw + tw_offset(1, false), wq, lane);
             slot_sync(q);
             forward_levels<LS / 16>(m, s, f, q, wq, lane);
         }
     }
-    // Inverse levels 256 .. M.
-    template <int LS> __device__ static inline void inverse_levels(planes &m, const tables &s, const dft16 &f,
-                                                                 int q, int wq, int lane) {
+    // Inverse levels 4096 .. M, each followed by the slot's barrier.
+    template <int LS> __device__ static inline void inverse_levels(planes &m, const tables &s, const dft16 &f, int q,
+                                                                 int wq, int lane) {
         if constexpr (LS <= M) {
-            constexpr bool top = LS == M;
-            inverse_step<LS, R == 1 && top, !top>(m, f, top ? nullptr : s.tw + tw_offset(1, true), wq, lane);
+            inverse_step<LS, R == 1 && LS == M, LS < M>(m, f, nullptr, wq, lane); // no level above 4096 is built
             slot_sync(q);
             inverse_levels<LS * 16>(m, s, f, q, wq, lane);
         }
     }
 
+    // The whole transform of the planes (loaded, with the outer step): the forward levels above 256, then block by
+    // block (the warp's units) the levels 256 and 16 forward, at_spectrum(u, yr, yi) on the block's level-16 fragments,
+    // and back; then the inverse levels above 256 (the samples are in the planes after the last barrier).
+    // at_spectrum may change the fragments (times the filter's spectrum) and returns whether to transform back.
+    template <bool BACK = true, typename AT_SPECTRUM>
+    __device__ static inline void transform(planes &m, const tables &s, const dft16 &f, int q, int wq, int lane,
+                                            AT_SPECTRUM &&at_spectrum) {
+        forward_levels<M>(m, s, f, q, wq, lane);
+#pragma unroll
+        for (int u = 0; u < WARP_UNITS; u++) {
+            tile_fragments yr, yi;
+            forward_block<R == 1 && M == 256>(m, s, f, wq, lane, u, yr, yi);
+            at_spectrum(u, yr, yi);
+            if constexpr (BACK) inverse_block<R == 1 && M == 256, (M > 256)>(m, s, f, wq, lane, u, yr, yi);
+        }
+        if constexpr (BACK) {
+            slot_sync(q);
+            inverse_levels<4096>(m, s, f, q, wq, lane);
+        }
+    }
+    // Only back, from level-16 fragments that fetch(u, yr, yi) provides per block. The forward's blocks and these
+    // write only the calling warp's own elements at levels 256 and 16; other warps may still read the planes (the
+    // caller's barrier before).
+    template <typename FETCH> __device__ static inline void inverse_from(planes &m, const tables &s, const dft16 &f, int q,
+                                                                       int wq, int lane, FETCH &&fetch) {
+#pragma unroll
+        for (int u = 0; u < WARP_UNITS; u++) {
+            tile_fragments yr, yi;
+            fetch(u, yr, yi);
+            inverse_block<R == 1 && M == 256, (M > 256)>(m, s, f, wq, lane, u, yr, yi);
+        }
+        slot_sync(q);
+        inverse_levels<4096>(m, s, f, q, wq, lane);
+    }
 };
 
 } // namespace tk_fftconv

@@ -61,25 +61,23 @@ template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
     // and clear the accumulator.
     __device__ static inline void finish(const globals &g, slot_memory &m, const tables &t, const typename S::dft16 &f,
                                          int head, int q, int wq, int lane, int tid) {
-        typename S::fragments yr, yi;
-#pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) {
-            float2 a[4];
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                float2 &c = m.acc[S::fragment_slot(S::tile_of(wq, i), lane, v)];
-                a[v] = c;
-                c = make_float2(0.f, 0.f);
-            }
-            yr[i][0] = make_float2(a[0].x, a[1].x);
-            yi[i][0] = make_float2(a[0].y, a[1].y);
-            yr[i][1] = make_float2(a[2].x, a[3].x);
-            yi[i][1] = make_float2(a[2].y, a[3].y);
-        }
         S::slot_sync(q); // every warp is done reading the planes
-        S::middle_inverse(m.p, f, t, wq, lane, yr, yi);
-        S::slot_sync(q);
-        S::template inverse_levels<256>(m.p, t, f, q, wq, lane);
+        S::inverse_from(m.p, t, f, q, wq, lane, [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float2 a[4];
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    float2 &c = m.acc[S::fragment_slot(S::tile_of(wq, 2 * u + h), lane, v)];
+                    a[v] = c;
+                    c = make_float2(0.f, 0.f);
+                }
+                yr[h][0] = make_float2(a[0].x, a[1].x);
+                yi[h][0] = make_float2(a[0].y, a[1].y);
+                yr[h][1] = make_float2(a[2].x, a[3].x);
+                yi[h][1] = make_float2(a[2].y, a[3].y);
+            }
+        });
         float *dk = g.dk + size_t(head) * g.taps;
         const int limit = g.taps < L / 2 ? g.taps : L / 2;
         IO::store_output(t, m.p, limit, tid, [&](int n0, const float (&re)[V], const float (&)[V]) {
@@ -89,15 +87,15 @@ template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
         });
     }
 
-    // One pair's forward transform, from the load to the level-16 outputs.
+    // One pair's forward transform, from the load to the level-16 outputs, each block's handed to at_spectrum.
+    template <typename AT_SPECTRUM>
     __device__ static inline void transform(const globals &g, slot_memory &m, const tables &t, const typename S::dft16 &f,
                                             source src, const pair_rows &rows, int q, int wq, int lane, int tid,
-                                            typename S::fragments &yr, typename S::fragments &yi) {
+                                            AT_SPECTRUM &&at_spectrum) {
         S::slot_sync(q); // the planes are free
         IO::load_input(t, m.p, nullptr, g.shape, src, rows, tid);
         S::slot_sync(q);
-        S::template forward_levels<M>(m.p, t, f, q, wq, lane);
-        S::middle_forward(m.p, f, wq, lane, yr, yi);
+        S::template transform<false>(m.p, t, f, q, wq, lane, at_spectrum);
     }
 
     __device__ static inline void run(const globals &g) {
@@ -124,28 +122,32 @@ template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
                 if (head >= 0) finish(g, m, s.t, f, head, q, wq, lane, tid);
                 head = rows.head;
             }
-            typename S::fragments yr, yi;
-            transform(g, m, s.t, f, source{g.u, g.pregate}, rows, q, wq, lane, tid, yr, yi);
+            transform(g, m, s.t, f, source{g.u, g.pregate}, rows, q, wq, lane, tid,
+                      [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
 #pragma unroll
-            for (int i = 0; i < WARP_TILES; i++) {
-                uint4 z;
-                z.x = S::pack(value(yr[i], yi[i], 0));
-                z.y = S::pack(value(yr[i], yi[i], 1));
-                z.z = S::pack(value(yr[i], yi[i], 2));
-                z.w = S::pack(value(yr[i], yi[i], 3));
-                m.zv[S::tile_of(wq, i) * WARP_THREADS + lane] = z;
-            }
-            transform(g, m, s.t, f, source{g.dy, g.postgate}, rows, q, wq, lane, tid, yr, yi);
+                          for (int h = 0; h < 2; h++) {
+                              uint4 z;
+                              z.x = S::pack(value(yr[h], yi[h], 0));
+                              z.y = S::pack(value(yr[h], yi[h], 1));
+                              z.z = S::pack(value(yr[h], yi[h], 2));
+                              z.w = S::pack(value(yr[h], yi[h], 3));
+                              m.zv[S::tile_of(wq, 2 * u + h) * WARP_THREADS + lane] = z;
+                          }
+                      });
+            transform(g, m, s.t, f, source{g.dy, g.postgate}, rows, q, wq, lane, tid,
+                      [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
 #pragma unroll
-            for (int i = 0; i < WARP_TILES; i++) {
-                const uint4 z = m.zv[S::tile_of(wq, i) * WARP_THREADS + lane];
-                const uint32_t zw[4] = {z.x, z.y, z.z, z.w};
+                          for (int h = 0; h < 2; h++) {
+                              const int tile = S::tile_of(wq, 2 * u + h);
+                              const uint4 z = m.zv[tile * WARP_THREADS + lane];
+                              const uint32_t zw[4] = {z.x, z.y, z.z, z.w};
 #pragma unroll
-                for (int v = 0; v < 4; v++) {
-                    float2 &c = m.acc[S::fragment_slot(S::tile_of(wq, i), lane, v)];
-                    c = cadd(c, cmul_conj(value(yr[i], yi[i], v), S::unpack(zw[v]))); // Zg conj(Zv)
-                }
-            }
+                              for (int v = 0; v < 4; v++) {
+                                  float2 &c = m.acc[S::fragment_slot(tile, lane, v)];
+                                  c = cadd(c, cmul_conj(value(yr[h], yi[h], v), S::unpack(zw[v]))); // Zg conj(Zv)
+                              }
+                          }
+                      });
         }
         if (head >= 0) finish(g, m, s.t, f, head, q, wq, lane, tid);
     }

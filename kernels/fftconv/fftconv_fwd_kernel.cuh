@@ -18,7 +18,6 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<
     using S::SLOT_THREADS;
     using S::SLOT_WARPS;
     using S::SLOTS;
-    using S::WARP_TILES;
     using typename IO::layout;
     using typename IO::pair_rows;
     using typename IO::planes;
@@ -131,14 +130,10 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<
             IO::load_input(s.t, m.p, raw, g.shape, src, rows, tid);
             S::slot_sync(q);
             if (raw && item + 1 < last) IO::prefetch(*raw, g.shape, src, item + 1, tid);
-            S::template forward_levels<M>(m.p, s.t, f, q, wq, lane);
-            typename S::fragments yr, yi;
-            S::middle_forward(m.p, f, wq, lane, yr, yi);
+            S::transform(m.p, s.t, f, q, wq, lane, [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
 #pragma unroll
-            for (int i = 0; i < WARP_TILES; i++) S::twiddle(yr[i], yi[i], m.spectrum, S::tile_of(wq, i), lane); // times K
-            S::middle_inverse(m.p, f, s.t, wq, lane, yr, yi);
-            S::slot_sync(q);
-            S::template inverse_levels<256>(m.p, s.t, f, q, wq, lane);
+                for (int h = 0; h < 2; h++) S::twiddle(yr[h], yi[h], m.spectrum, S::tile_of(wq, 2 * u + h), lane); // times K
+            });
             IO::store_output(s.t, m.p, kept, tid, [&](int n0, const float (&re)[V], const float (&im)[V]) {
                 output_v(g, rows.row0, n0, re);
                 if (rows.second) output_v(g, rows.row1, n0, im);

@@ -26,7 +26,6 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
     using S::SLOT_THREADS;
     using S::SLOT_WARPS;
     using S::SLOTS;
-    using S::WARP_TILES;
     using typename IO::layout;
     using typename IO::pair_rows;
     using typename IO::planes;
@@ -78,15 +77,14 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
             S::slot_sync(q); // the planes are free
             IO::load_input(s.t, m, nullptr, g.shape, source{g.x, g.gate}, rows, tid);
             S::slot_sync(q);
-            S::template forward_levels<M>(m, s.t, f, q, wq, lane);
-            typename S::fragments yr, yi;
-            S::middle_forward(m, f, wq, lane, yr, yi);
             uint4 *out = g.spectra + size_t(item) * (L / 4);
+            S::template transform<false>(m, s.t, f, q, wq, lane, [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
 #pragma unroll
-            for (int i = 0; i < WARP_TILES; i++) {
-                const auto at = [&](int h, int e) { return S::pack(make_float2(e ? yr[i][h].y : yr[i][h].x, e ? yi[i][h].y : yi[i][h].x)); };
-                out[S::tile_of(wq, i) * WARP_THREADS + lane] = make_uint4(at(0, 0), at(0, 1), at(1, 0), at(1, 1));
-            }
+                for (int h = 0; h < 2; h++) {
+                    const auto at = [&](int r, int e) { return S::pack(make_float2(e ? yr[h][r].y : yr[h][r].x, e ? yi[h][r].y : yi[h][r].x)); };
+                    out[S::tile_of(wq, 2 * u + h) * WARP_THREADS + lane] = make_uint4(at(0, 0), at(0, 1), at(1, 0), at(1, 1));
+                }
+            });
         }
     }
 
@@ -132,20 +130,18 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
             const pair_rows rows = IO::rows_of(g.shape, item);
             for (int block = 0; block < g.blocks; block++) {
                 const uint4 *in = g.spectra + (size_t(item) * g.blocks + block) * (L / 4);
-                typename S::fragments yr, yi;
-#pragma unroll
-                for (int i = 0; i < WARP_TILES; i++) {
-                    const uint4 z = in[S::tile_of(wq, i) * WARP_THREADS + lane];
-                    const float2 v0 = S::unpack(z.x), v1 = S::unpack(z.y), v2 = S::unpack(z.z), v3 = S::unpack(z.w);
-                    yr[i][0] = make_float2(v0.x, v1.x);
-                    yi[i][0] = make_float2(v0.y, v1.y);
-                    yr[i][1] = make_float2(v2.x, v3.x);
-                    yi[i][1] = make_float2(v2.y, v3.y);
-                }
                 S::slot_sync(q); // the planes are free
-                S::middle_inverse(m.p, f, s.t, wq, lane, yr, yi);
-                S::slot_sync(q);
-                S::template inverse_levels<256>(m.p, s.t, f, q, wq, lane);
+                S::inverse_from(m.p, s.t, f, q, wq, lane, [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint4 z = in[S::tile_of(wq, 2 * u + h) * WARP_THREADS + lane];
+                        const float2 v0 = S::unpack(z.x), v1 = S::unpack(z.y), v2 = S::unpack(z.z), v3 = S::unpack(z.w);
+                        yr[h][0] = make_float2(v0.x, v1.x);
+                        yi[h][0] = make_float2(v0.y, v1.y);
+                        yr[h][1] = make_float2(v2.x, v3.x);
+                        yi[h][1] = make_float2(v2.y, v3.y);
+                    }
+                });
                 const int offset = block * B, valid = min(B, g.shape.len - offset);
                 IO::template store_output<true>(s.t, m.p, L, tid, [&](int n0, const float (&re)[V], const float (&im)[V]) {
                     if (n0 >= B) { // the second half: kept for the next block (this thread adds it there)
@@ -194,21 +190,19 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
         for (int head = first; head < last; head++) {
             for (int d = g.kblocks; d >= 0; d--) {
                 const float2 *c = reinterpret_cast<const float2 *>(g.correlations + (size_t(head) * (g.kblocks + 1) + d) * (L / 2));
-                typename S::fragments yr, yi;
-#pragma unroll
-                for (int i = 0; i < WARP_TILES; i++) {
-                    float2 a[4];
-#pragma unroll
-                    for (int v = 0; v < 4; v++) a[v] = c[S::fragment_slot(S::tile_of(wq, i), lane, v)];
-                    yr[i][0] = make_float2(a[0].x, a[1].x);
-                    yi[i][0] = make_float2(a[0].y, a[1].y);
-                    yr[i][1] = make_float2(a[2].x, a[3].x);
-                    yi[i][1] = make_float2(a[2].y, a[3].y);
-                }
                 S::slot_sync(q); // the planes are free
-                S::middle_inverse(m.p, f, s.t, wq, lane, yr, yi);
-                S::slot_sync(q);
-                S::template inverse_levels<256>(m.p, s.t, f, q, wq, lane);
+                S::inverse_from(m.p, s.t, f, q, wq, lane, [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float2 a[4];
+#pragma unroll
+                        for (int v = 0; v < 4; v++) a[v] = c[S::fragment_slot(S::tile_of(wq, 2 * u + h), lane, v)];
+                        yr[h][0] = make_float2(a[0].x, a[1].x);
+                        yi[h][0] = make_float2(a[0].y, a[1].y);
+                        yr[h][1] = make_float2(a[2].x, a[3].x);
+                        yi[h][1] = make_float2(a[2].y, a[3].y);
+                    }
+                });
                 float *dk = g.dk + size_t(head) * g.taps + size_t(d) * B;
                 const bool last_block = d == g.kblocks;
                 IO::template store_output<true>(s.t, m.p, L, tid, [&](int n0, const float (&re)[V], const float (&)[V]) {
