@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_gpt import (VOCAB, Block, LanguageModel, add_run_args, compare_training, init_weights,  # noqa: E402
                        make_data)
 
-MAX_SEQ = 4096  # the longest sequence tk_ops.fftconv's kernels take for now
+MAX_SEQ = 1 << 20  # the longest sequence tk_ops.fftconv takes
 
 
 # ---------------------------------------------------------------- the convolution in PyTorch
