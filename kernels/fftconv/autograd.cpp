@@ -18,6 +18,7 @@
 #include <optional>
 #include <tuple>
 
+#include "binding.h"
 #include "common/checks.h"
 
 namespace {
@@ -40,6 +41,17 @@ at::Tensor call_fwd(const at::Tensor &u, const opt_tensor &k, const opt_tensor &
 }
 
 opt_tensor present(const at::Tensor &t) { return t.defined() ? opt_tensor(t) : std::nullopt; }
+
+at::Tensor call_spectrum(const at::Tensor &k, int64_t n) {
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::fftconv_spectrum", "").typed<spectrum_fn>();
+    return op.call(k, n);
+}
+// Whether the forward computes k's spectrum itself: k given, and u and k where the kernels run (elsewhere the forward
+// op raises the error that says what to change).
+bool computes_spectrum(const at::Tensor &u, const opt_tensor &k) {
+    return k.has_value() && k->defined() && !u.is_cpu() && k->device() == u.device();
+}
 at::Tensor given(const opt_tensor &t) { return t.has_value() ? *t : at::Tensor(); }
 bool requires_grad(const opt_tensor &t) { return t.has_value() && t->defined() && t->requires_grad(); }
 
@@ -48,11 +60,19 @@ bool requires_grad(const opt_tensor &t) { return t.has_value() && t->defined() &
 constexpr int U = 0, K = 1, PRE = 2, POST = 3, K_F = 4, INPUTS = 5;
 
 struct FftconvFunction : public torch::autograd::Function<FftconvFunction> {
+    // With k, its spectrum is computed here, once for the forward and the backward's convolutions (fftconv_bwd takes
+    // k and its spectrum together).
     static at::Tensor forward(AutogradContext *ctx, const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate,
                               const opt_tensor &postgate, const opt_tensor &k_f) {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
-        at::Tensor y = call_fwd(u, k, pregate, postgate, k_f);
-        ctx->save_for_backward({u, given(k), given(pregate), given(postgate), given(k_f)});
+        at::Tensor spectrum = given(k_f);
+        if (computes_spectrum(u, k)) {
+            tk_fftconv_binding::fwd_rules(u, *k, given(pregate), given(postgate), spectrum); // the op's own messages first
+            spectrum = call_spectrum(*k, u.sym_size(2).guard_int(__FILE__, __LINE__));
+        }
+        at::Tensor y = call_fwd(u, spectrum.defined() ? std::nullopt : k, pregate, postgate, present(spectrum));
+        ctx->save_for_backward({u, given(k), given(pregate), given(postgate), spectrum});
+        ctx->saved_data["k_f_given"] = given(k_f).defined(); // the spectrum saved for k is not an input with an edge
         return y;
     }
 
@@ -60,8 +80,10 @@ struct FftconvFunction : public torch::autograd::Function<FftconvFunction> {
         const variable_list s = ctx->get_saved_variables();
         // The result is indexed by argument, needs_input_grad by edge: only the given tensors have edges.
         bool wanted[INPUTS] = {};
+        const bool given_input[INPUTS] = {true, s[K].defined(), s[PRE].defined(), s[POST].defined(),
+                                          ctx->saved_data["k_f_given"].toBool()};
         for (int i = 0, edge = 0; i < INPUTS; i++) {
-            if (s[i].defined()) wanted[i] = ctx->needs_input_grad(edge++);
+            if (given_input[i]) wanted[i] = ctx->needs_input_grad(edge++);
         }
         variable_list out(INPUTS);
         const std::array<bool, 4> mask = {wanted[U], wanted[K], wanted[PRE], wanted[POST]};
@@ -101,9 +123,7 @@ at::Tensor spectrum_autograd(const at::Tensor &k, int64_t n) {
                             "tk_ops.fftconv (the spectrum is for inference: compute it under torch.no_grad() or from "
                             "k.detach())");
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::fftconv_spectrum", "").typed<spectrum_fn>();
-    return op.call(k, n);
+    return call_spectrum(k, n);
 }
 
 } // namespace

@@ -14,6 +14,9 @@ inline constexpr const char *FFTCONV = "tk_ops.fftconv";
 
 using opt_tensor = std::optional<at::Tensor>;
 
+// The filter k's rules: (H, Nk) with 1 <= Nk <= n, float32 (bfloat16 and float16 accepted); `heads` is u's H when known.
+void filter_rules(const char *op, const at::Tensor &k, const c10::SymInt *heads, const c10::SymInt &n);
+
 // fftconv_fwd's rules (undefined tensors stand for absent arguments); returns the FFT size.
 int fwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
               const at::Tensor &k_f);

@@ -44,9 +44,15 @@ constexpr int U = 0, K = 1, PRE = 2, POST = 3;
 // ---------------------------------------------------------------- the rules
 
 // fftconv_bwd's rules: the forward's, then those of dy and the mask; returns the FFT size.
+// Unlike the forward, the backward may take both k and k_f: the forward's spectrum of k, passed along by the
+// autograd function so that the backward's convolutions need not compute it again (k then only gives dk's taps).
 int bwd_rules(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
               const at::Tensor &k_f, const at::Tensor &dy, const output_mask &mask) {
-    const int fft = fwd_rules(u, k, pregate, postgate, k_f);
+    const int fft = fwd_rules(u, k_f.defined() ? at::Tensor() : k, pregate, postgate, k_f);
+    if (k.defined() && k_f.defined()) {
+        const c10::SymInt heads = u.sym_size(1);
+        filter_rules(FFTCONV, k, &heads, u.sym_size(2));
+    }
     check_input(dy.sym_sizes() == u.sym_sizes() && dy.scalar_type() == u.scalar_type(), FFTCONV,
                 ": the output's gradient must have u's shape ", u.sym_sizes(), " and dtype ", u.scalar_type(),
                 ", got ", dy.sym_sizes(), " ", dy.scalar_type());
@@ -154,7 +160,7 @@ grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &
     }
     const bool convolve = mask[U] || mask[PRE] || mask[POST];
     // The filter's spectrum once for both forward convolutions below.
-    const at::Tensor spectrum = k.defined() && convolve ? ops.spectrum(k, u.size(2)) : k_f;
+    const at::Tensor spectrum = k_f.defined() || !convolve ? k_f : ops.spectrum(k, u.size(2));
     if (mask[U] || mask[PRE]) {
         // The forward forms its gated input flip(dy) * flip(postgate) = flip(g) itself.
         const at::Tensor dv = ops.reversed_conv(dy, present(postgate), spectrum);
