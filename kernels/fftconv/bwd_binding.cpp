@@ -3,7 +3,8 @@
 //   fftconv_bwd(u, k, pregate, postgate, k_f, dy, output_mask) -> (du, dk, dpregate, dpostgate)
 //
 // the gradients of y = postgate * causal_conv(u * pregate, k) (binding.cpp) from the output's gradient dy, each
-// computed only where output_mask (u, k, pregate, postgate) asks for it; the others, like those of absent inputs,
+// computed only where output_mask (u, k, pregate, postgate) asks for it (k_f may come with k: the forward's spectrum of
+// it, which the convolutions then use); the others, like those of absent inputs,
 // are empty (0,) tensors (a schema's outputs are tensors). With g = dy * postgate and v = u * pregate
 // (docs/fftconv.md, "Gradients" and "Backward"):
 //
