@@ -4,12 +4,12 @@
 //
 // the gradients of y = postgate * causal_conv(u * pregate, k) (binding.cpp) from the output's gradient dy, each
 // computed only where output_mask (u, k, pregate, postgate) asks for it (k_f may come with k: the forward's spectrum of
-// it, which the convolutions then use); the others, like those of absent inputs,
-// are empty (0,) tensors (a schema's outputs are tensors). With g = dy * postgate and v = u * pregate
+// it, which the convolutions then use); the others, like those of absent inputs, are empty (0,) tensors (a schema's
+// outputs are tensors). With g = dy * postgate and v = u * pregate
 // (docs/fftconv.md, "Gradients" and "Backward"):
 //
-//   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernels on the time-reversed g, reversed (they read
-//                                  and write the rows backwards) back
+//   dv[n]  = sum_m k[m] g[n + m]   a correlation: the forward kernels on the time-reversed g, reversed back (they
+//                                  read and write the rows backwards)
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
 //   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (on the CPU: ATen's FFTs, for the tests)
