@@ -45,12 +45,13 @@ template <typename T, int L, bool REVERSED = false> struct fft_io : fft_steps<T,
     __device__ static inline int first_element(const layout &g, int x, int count) { return REVERSED ? g.len - x - count : x; }
     // A vector of V samples as read from (or written to) the row: backwards when REVERSED.
     __device__ static inline void orient(const layout &, float (&v)[V]) {
-        if constexpr (!REVERSED) return;
+        if constexpr (REVERSED) {
 #pragma unroll
-        for (int e = 0; e < V / 2; e++) {
-            const float t = v[e];
-            v[e] = v[V - 1 - e];
-            v[V - 1 - e] = t;
+            for (int e = 0; e < V / 2; e++) {
+                const float t = v[e];
+                v[e] = v[V - 1 - e];
+                v[V - 1 - e] = t;
+            }
         }
     }
     // A pair's rows (and gates) copied ahead by cp.async.

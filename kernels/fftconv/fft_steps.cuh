@@ -1,4 +1,4 @@
-// The FFT engine of the FFT convolution kernels (docs/fftconv.md, "The forward kernel"): an L-point FFT in place on a
+// The FFT engine of the FFT convolution kernels (docs/fftconv.md, "The FFT engine"): an L-point FFT in place on a
 // pair of shared-memory planes, L = R * 16^A (R in 1, 2, 4, 8; A >= 2), decimation in frequency, level by level. The
 // outer radix-R step runs on the CUDA cores as the input is loaded (fft_io.cuh); then one radix-16 step per level of
 // length LS = 16^A .. 16, each a product of the 16-point DFT matrix with 16-digit columns of the planes (mma.sync; the
@@ -125,18 +125,16 @@ template <typename T, int L> struct fft_steps {
         mma(yi, f.re, b[2], b[3]);
     }
 
-    // One 16-column unit's ldmatrix / stmatrix row address for this lane: matrix lane / 8 of the x4, row lane % 8.
-    // Full units: two n = 8 tiles (c = 0, 1), matrices (re digits 0-7, re 8-15, im 0-7, im 8-15) per tile; at S = 1
-    // the columns are 16 contiguous digits each (non-transposed access), otherwise the digits are S apart.
+    // An n = 8 tile's ldmatrix / stmatrix row address for this lane at level LS >= 256 (digits S = LS / 16 apart, the
+    // tile's 8 columns contiguous): matrix lane / 8 of the x4, row lane % 8; matrices (re digits 0-7, re 8-15, im 0-7,
+    // im 8-15), so transposed loads give the B fragments. (Level 16 is never read from the planes: see forward_block.)
     template <int LS> __device__ static inline uint32_t tile_address(const planes &m, int tile, int lane) {
         constexpr int S = LS / 16;
+        static_assert(S >= 16, "fftconv: tiles are read from the planes at levels of 256 and more");
         const int q = lane / 8, row = lane % 8;
         const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(q >= 2 ? m.im : m.re));
-        if constexpr (S == 1) return base + plane_offset(16 * (8 * tile + row) + 8 * (q % 2));
-        else {
-            const int o = tile / (S / 8), i0 = tile % (S / 8) * 8;
-            return base + plane_offset(o * LS + (8 * (q % 2) + row) * S + i0);
-        }
+        const int o = tile / (S / 8), i0 = tile % (S / 8) * 8;
+        return base + plane_offset(o * LS + (8 * (q % 2) + row) * S + i0);
     }
     // Half units (the top level when R = 1): matrices (re digits 0-7, im 0-7) of tile 2u, then of tile 2u + 1.
     template <int LS> __device__ static inline uint32_t half_address(const planes &m, int unit, int lane) {
@@ -166,10 +164,9 @@ template <typename T, int L> struct fft_steps {
             yi[h] = make_float2(a.y, b.y);
         }
     }
-    __device__ static inline void store_tile(uint32_t addr, const float2 (&yr)[2], const float2 (&yi)[2], bool trans) {
+    __device__ static inline void store_tile(uint32_t addr, const float2 (&yr)[2], const float2 (&yi)[2]) {
         const uint32_t v[4] = {pack(yr[0]), pack(yr[1]), pack(yi[0]), pack(yi[1])};
-        if (trans) detail::memory::stmatrix_x4<true>(addr, v);
-        else detail::memory::stmatrix_x4<false>(addr, v);
+        detail::memory::stmatrix_x4<false>(addr, v);
     }
 
     // Each warp's units of a step, all loaded before any is computed and all computed before any is stored, so that
@@ -208,7 +205,7 @@ template <typename T, int L> struct fft_steps {
 #pragma unroll
         for (int i = 0; i < WARP_TILES; i++) twiddle(yr[i], yi[i], tw, tile_of(wq, i) % PERIOD, lane);
 #pragma unroll
-        for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i], false);
+        for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i]);
     }
 
     // The levels 256 and 16 of one 256-element block (unit u of the warp: elements 256 unit ..), in registers. A
@@ -289,7 +286,7 @@ template <typename T, int L> struct fft_steps {
                 float2 orr[2], oi[2];
                 dft_tile<true>(orr, oi, f, b[c]);
                 if constexpr (TW_NEXT) twiddle(orr, oi, s.tw + tw_offset(1, true), tile_of(wq, 2 * u + c) % 32, lane);
-                store_tile(tile_address<256>(m, tile_of(wq, 2 * u + c), lane), orr, oi, false);
+                store_tile(tile_address<256>(m, tile_of(wq, 2 * u + c), lane), orr, oi);
             }
         }
     }
@@ -327,7 +324,7 @@ template <typename T, int L> struct fft_steps {
                 for (int i = 0; i < WARP_TILES; i++) twiddle(yr[i], yi[i], tw_next, tile_of(wq, i) % NEXT_PERIOD, lane);
             }
 #pragma unroll
-            for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i], false);
+            for (int i = 0; i < WARP_TILES; i++) store_tile(tile_address<LS>(m, tile_of(wq, i), lane), yr[i], yi[i]);
         }
     }
 
