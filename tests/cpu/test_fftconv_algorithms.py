@@ -10,7 +10,12 @@ import math
 import pytest
 import torch
 
-torch.set_default_dtype(torch.float64)
+def randn(*shape):
+    return torch.randn(*shape, dtype=torch.float64)
+
+
+def zeros(*shape, dtype=torch.float64):
+    return torch.zeros(*shape, dtype=dtype)
 
 
 def root(n, e):
@@ -48,7 +53,7 @@ def forward(x, size):
     """The engine's forward transform of x (first size / 2 samples only), in place: digit-reversed spectrum / sqrt(L)."""
     r, a = split(size)
     m = size // r
-    z = torch.zeros(size, dtype=torch.complex128)
+    z = zeros(size, dtype=torch.complex128)
     t = torch.arange(m)
     for j in range(r):  # outer radix-R step (load_input): inputs k < R / 2 exist
         z[j * m:(j + 1) * m] = sum(x[k * m:(k + 1) * m] * root(r, j * k) for k in range(max(1, r // 2))) * root(size, j * t) / math.sqrt(r)
@@ -74,7 +79,7 @@ def inverse(z, size):
     if r == 1:  # the top radix-16 step kept only digits 0..7: the first half
         return z[:size // 2]
     t = torch.arange(m)
-    out = torch.zeros(size // 2, dtype=torch.complex128)
+    out = zeros(size // 2, dtype=torch.complex128)
     for k in range(r // 2):
         out[k * m:(k + 1) * m] = sum(z[j * m:(j + 1) * m] * root(size, j * t).conj() * root(r, j * k).conj()
                                      for j in range(r)) / math.sqrt(r)
@@ -83,7 +88,7 @@ def inverse(z, size):
 
 def conv(u, k, n_out):
     """y[n] = sum_m k[m] u[n - m], n < n_out (float64, direct)."""
-    y = torch.zeros(n_out)
+    y = zeros(n_out)
     for m in range(len(k)):
         y[m:] += k[m] * u[:n_out - m]
     return y
@@ -91,8 +96,8 @@ def conv(u, k, n_out):
 
 @pytest.mark.parametrize("size", [256, 512, 1024, 2048, 4096, 8192])
 def test_engine_transform_is_the_dft_in_digit_reversed_order(size):
-    x = torch.zeros(size, dtype=torch.complex128)
-    x[:size // 2] = torch.randn(size // 2) + 1j * torch.randn(size // 2)
+    x = zeros(size, dtype=torch.complex128)
+    x[:size // 2] = randn(size // 2) + 1j * randn(size // 2)
     order = torch.tensor([frequency_at(p, size) for p in range(size)])
     assert sorted(order.tolist()) == list(range(size))
     want = torch.fft.fft(x) / math.sqrt(size)
@@ -104,8 +109,8 @@ def test_pair_of_rows_convolves_both(size):
     """Rows b and b + 1 as one complex sequence, times the real filter's spectrum in the same order, back: the real
     and imaginary parts are the two rows' causal convolutions."""
     n = size // 2
-    u0, u1, k = torch.randn(n), torch.randn(n), torch.randn(n) / math.sqrt(n)
-    x = torch.zeros(size, dtype=torch.complex128)
+    u0, u1, k = randn(n), randn(n), randn(n) / math.sqrt(n)
+    x = zeros(size, dtype=torch.complex128)
     x[:n] = u0 + 1j * u1
     order = torch.tensor([frequency_at(p, size) for p in range(size)])
     spectrum = torch.fft.fft(k, size)[order]
@@ -117,12 +122,12 @@ def test_block_path_overlap_add():
     """Blocks of B samples transformed at 2B points: y_i = first half of IFFT(sum_j X_(i-j) K_j) + second half of the
     previous block's sum (fftconv_long_kernel.cuh)."""
     b, n, nk = 64, 64 * 5 + 17, 64 * 3 + 5
-    u, k = torch.randn(n), torch.randn(nk)
+    u, k = randn(n), randn(nk)
     blocks, kblocks = -(-n // b), -(-nk // b)
     x = [torch.fft.fft(torch.nn.functional.pad(u[i * b:(i + 1) * b], (0, 2 * b - len(u[i * b:(i + 1) * b]))))
          for i in range(blocks)]
     kf = [torch.fft.fft(k[j * b:(j + 1) * b], 2 * b) for j in range(kblocks)]
-    y, tail = torch.zeros(blocks * b), torch.zeros(b)
+    y, tail = zeros(blocks * b), zeros(b)
     for i in range(blocks):
         z = torch.fft.ifft(sum(x[i - j] * kf[j] for j in range(min(i + 1, kblocks)))).real
         y[i * b:(i + 1) * b] = z[:b] + tail
@@ -135,7 +140,7 @@ def test_filter_gradient_identities():
     sum over both rows (fftconv_dk_kernel.cuh); (2) on blocks of B samples, dk's block d is the first half of
     IFFT(C_d) plus the second half of IFFT(C_(d+1)), C_d = sum_i conj(X_i) G_(i+d) (the block path)."""
     n, nk, size = 96, 70, 256
-    v, g = torch.randn(4, n), torch.randn(4, n)
+    v, g = randn(4, n), randn(4, n)
     want = torch.stack([sum(g[r, m:] @ v[r, :n - m] for r in range(4)) for m in range(nk)])
     zv = [torch.fft.fft(v[2 * p] + 1j * v[2 * p + 1], size) for p in range(2)]
     zg = [torch.fft.fft(g[2 * p] + 1j * g[2 * p + 1], size) for p in range(2)]
@@ -146,7 +151,7 @@ def test_filter_gradient_identities():
     xs = [[torch.fft.fft(v[r, i * b:(i + 1) * b], 2 * b) for i in range(blocks)] for r in range(4)]
     gs = [[torch.fft.fft(g[r, i * b:(i + 1) * b], 2 * b) for i in range(blocks)] for r in range(4)]
     c = [sum(xs[r][i].conj() * gs[r][i + d] for r in range(4) for i in range(blocks - d)) if d < blocks else
-         torch.zeros(2 * b, dtype=torch.complex128) for d in range(kblocks + 1)]
+         zeros(2 * b, dtype=torch.complex128) for d in range(kblocks + 1)]
     back = [torch.fft.ifft(cd).real for cd in c]
     dk = torch.cat([back[d][:b] + back[d + 1][b:] for d in range(kblocks)])[:nk]
     assert torch.allclose(dk, want, atol=1e-9)
