@@ -25,6 +25,7 @@
 #include "attention.h"
 #include "common/bhnd_tensors.h"
 #include "common/checks.h"
+#include "common/task_counter.h"
 
 namespace {
 
@@ -275,22 +276,6 @@ void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const
     p.scale = float(scale);
     p.softcap = float(softcap);
     p.type = kernel_type(q);
-}
-
-// The forward's task counter (2 ints, zero at launch; the kernel leaves them zero). Launches on one stream run in
-// order, so each (device, stream) keeps one, zeroed once when it is made (never freed: a few bytes per stream, and no
-// CUDA call at process exit). While a CUDA graph is captured, the graph gets its own, zeroed inside the graph; the
-// caller holds it until the launch is recorded.
-at::Tensor task_counter(const c10::Device &device) {
-    const auto zeroed = [&] { return at::zeros({2}, at::TensorOptions().dtype(at::kInt).device(device)); };
-    if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) return zeroed();
-    const c10::StreamId stream = at::cuda::getCurrentCUDAStream(device.index()).id();
-    static std::mutex mutex;
-    static auto *counters = new std::map<std::pair<int, c10::StreamId>, at::Tensor>();
-    const std::lock_guard<std::mutex> lock(mutex);
-    at::Tensor &counter = (*counters)[{int(device.index()), stream}];
-    if (!counter.defined()) counter = zeroed();
-    return counter;
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,

@@ -36,6 +36,7 @@ struct fwd_problem {
     const float *kv0 = nullptr, *k_sum0 = nullptr; // the initial state, or null for zeros (both or neither)
     float *kv_final = nullptr, *k_sum_final = nullptr; // the state after the last token, or null (both or neither)
     float *den = nullptr; // (batch, heads, len) contiguous: den_i without eps (what the backward divides by), or null
+    int *task_counter = nullptr; // 2 ints of device memory, zero at launch and left zero: the quadratic kernels' schedule
 };
 
 // The causal forward, for a supported value_dim (the caller checked everything else). len == 0 writes the final state
@@ -57,6 +58,7 @@ struct bwd_problem {
     // backward_workspace_bytes(*this) bytes of device memory for the kernels' fp32 scratch (256-byte aligned), or
     // null: backward() then allocates its own on the stream and frees it there.
     void *workspace = nullptr;
+    int *task_counter = nullptr; // as fwd_problem's
 };
 
 // Gradients of the forward above for q, k, v and the initial state.

@@ -1,10 +1,12 @@
 // Host side of the Based backward: the scratch it needs, the globals (TMA maps included) of its two passes, and the
-// launches of the preparation, the two passes and (value dimensions over 64) the conversion of dq and dk.
+// launches of the preparation, the two passes (chunked, or quadratic for short sequences: based_quad.h) and (chunked
+// passes with value dimensions over 64) the conversion of dq and dk.
 #pragma once
 
 #include "based.h"
 #include "based_bwd_kernel.cuh"
-#include "common/globals_cache.cuh"
+#include "based_launch_maps.cuh"
+#include "based_quad.h"
 
 #include <cstddef>
 
@@ -23,23 +25,10 @@ inline bwd_scratch bwd_scratch_of(const bwd_problem &p) {
     bwd_scratch s{};
     s.chunks = (p.len + BWD_CHUNK - 1) / BWD_CHUNK;
     s.padded_len = s.chunks * BWD_CHUNK;
-    s.split = p.value_dim > 64;
+    s.split = p.value_dim > 64 && !takes_quadratic(p); // the quadratic passes take the whole value dimension
     s.row_floats = size_t(p.batch) * p.heads * s.padded_len;
     s.acc_floats = s.split ? s.row_floats * FEATURE_DIM : 0;
     return s;
-}
-
-// A kernel output's TMA map, cached by pointer, shape and strides: outputs are fresh tensors per call, but a training
-// loop cycles them through a few allocator blocks.
-template <typename GL> GL output_map(void *ptr, int batch, int heads, int rows, int cols, int64_t sb, int64_t sh, int64_t sn) {
-    using T = typename GL::T;
-    static tk_kernels::globals_cache<GL, 8> cache;
-    return cache.get({uint64_t(ptr), uint64_t(batch), uint64_t(heads), uint64_t(rows), uint64_t(cols), uint64_t(sb),
-                      uint64_t(sh), uint64_t(sn)},
-                     [&] { return GL(static_cast<T *>(ptr), batch, heads, rows, cols, sb, sh, sn); });
-}
-template <typename GL> GL input_map(const tensor4 &t, int batch, int heads, int rows, int cols) {
-    return output_map<GL>(const_cast<void *>(t.ptr), batch, heads, rows, cols, t.stride_b, t.stride_h, t.stride_n);
 }
 
 // Both passes for one (dtype, value columns per task, split) configuration; `scratch` holds rinv and dD already.
@@ -92,6 +81,7 @@ template <typename T> cudaError_t launch_backward(const bwd_problem &p, const bw
         based_bwd_rows<T><<<blocks, THREADS, 0, stream>>>(a);
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
+    if (takes_quadratic(p)) return quadratic_backward(p, rinv, dd, s.padded_len, stream);
     cudaError_t e;
     switch (p.value_dim) {
     case 16: e = launch_backward_passes<T, 16, false>(p, s, scratch, stream); break;

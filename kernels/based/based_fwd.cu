@@ -1,5 +1,7 @@
-// The Based forward for each value block width (based_launch.cuh's value_block_width), and its dispatch.
+// The chunked Based forward for each value block width (based_launch.cuh's value_block_width), and the dispatch
+// between it and the quadratic one (based_quad.h).
 #include "based_launch.cuh"
+#include "based_quad.h"
 
 namespace tk_based {
 
@@ -22,6 +24,7 @@ cudaError_t forward(const fwd_problem &p, cudaStream_t stream) {
                         : cudaMemsetAsync(p.k_sum_final, 0, sum_bytes, stream);
     }
     if (!supported_value_dim(p.value_dim)) return cudaErrorInvalidValue;
+    if (takes_quadratic(p)) return quadratic_forward(p, stream);
     switch (value_block_width(p.value_dim)) {
     case 16: return forward_for<16>(p, stream);
     case 32: return forward_for<32>(p, stream);

@@ -5,6 +5,7 @@
 //   based_bwd(q, k, v, o, d_o, den, scale, normalize, eps, kv0, k_sum0, d_kv, d_k_sum, initial_state_grad)
 //       -> (dq, dk, dv, d_kv0, d_k_sum0)
 //   based_step(q, k, v, kv!, k_sum!, scale, normalize, eps) -> o          (the state updated in place)
+//   based_value_dims() -> int[], based_quadratic_max_len(len?) -> int     (what the build takes; the algorithm switch)
 //
 // An output that was not asked for (the final state without output_final_state, den without save_den, the initial
 // state's gradient without initial_state_grad) is an empty (0,) float32 tensor: a schema's outputs are always
@@ -27,9 +28,11 @@
 #include <vector>
 
 #include "based.h"
+#include "based_quad.h"
 #include "based_step.h"
 #include "common/bhnd_tensors.h"
 #include "common/checks.h"
+#include "common/task_counter.h"
 
 namespace {
 
@@ -270,6 +273,8 @@ based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
         p.k_sum_final = k_sum.data_ptr<float>();
     }
     if (save_den) p.den = den.data_ptr<float>();
+    const at::Tensor counter = task_counter(q_in.device());
+    p.task_counter = counter.data_ptr<int>();
     check_launch(tk_based::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based kernel");
     return {o, kv, k_sum, den};
 }
@@ -331,6 +336,8 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
         workspace = at::detail::empty_cuda({int64_t(workspace_bytes)}, at::kByte, q_in.device(), std::nullopt);
         p.workspace = workspace.data_ptr();
     }
+    const at::Tensor counter = task_counter(q_in.device());
+    p.task_counter = counter.data_ptr<int>();
     check_launch(tk_based::backward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based backward kernel");
     return {dq, dk, dv, d_kv0, d_k_sum0};
 }
@@ -435,6 +442,18 @@ std::vector<int64_t> based_value_dims() {
     return dims;
 }
 
+// The longest sequence the quadratic kernels take (based_quad.h): returns the setting, and replaces it when `len` is
+// given (0 sends every call to the chunked kernels).
+int64_t based_quadratic_max_len(std::optional<int64_t> len) {
+    const int64_t current = tk_based::quadratic_max_len();
+    if (len) {
+        check_input(*len >= 0 && *len < (int64_t(1) << 30), "tk_ops.based quadratic_max_len",
+                    ": the length must be >= 0 and < 2^30, got ", *len);
+        tk_based::set_quadratic_max_len(int(*len));
+    }
+    return current;
+}
+
 } // namespace
 
 TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
@@ -448,6 +467,7 @@ TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
     m.def("based_step(Tensor q, Tensor k, Tensor v, Tensor(a!) kv, Tensor(b!) k_sum, float? scale=None, "
           "bool normalize=True, float eps=1e-06) -> Tensor");
     m.def("based_value_dims() -> int[]", &based_value_dims);
+    m.def("based_quadratic_max_len(int? len=None) -> int", &based_quadratic_max_len);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {

@@ -87,6 +87,16 @@ def value_dims() -> list[int]:
     return list(_ext.require("based").based_value_dims())
 
 
+def quadratic_max_len(n: int | None = None) -> int:
+    """The longest sequence for which ``based`` and its backward run the quadratic kernels (the N x N pair weights,
+    as attention does) instead of the chunked ones (the 160-feature state); only calls with no state in or out take
+    them. Returns the setting; with ``n``, replaces it for the process (0: always chunked) and returns the old one.
+    For tests and tuning: the default is the measured crossover (docs/based.md, "Two algorithms")."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 1 << 30):
+        raise InputError(f"tk_ops.based quadratic_max_len: n must be None or an int from 0 to 2^30 - 1, got {n!r}")
+    return int(_ext.require("based").based_quadratic_max_len(n))
+
+
 def _python_type_error(name: str, scale, eps, **flags) -> InputError:
     # Python types are the one thing the ops cannot see: torch would take normalize=1 for True and scale=True for 1.0.
     # Only a failed check builds the message, so a call costs the isinstance tests alone.

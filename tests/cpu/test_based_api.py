@@ -119,6 +119,27 @@ def test_value_dims_come_from_the_build(built):
     assert value_dims() == [16, 32, 48, 64, 80, 96, 112, 128]
 
 
+@pytest.mark.parametrize("bad", [-1, 1 << 30, 2.0, True, "1024"])
+def test_quadratic_max_len_rejects(bad):
+    from tk_ops.based import quadratic_max_len
+    with pytest.raises(InputError, match="quadratic_max_len: n must be None or an int"):
+        quadratic_max_len(bad)
+
+
+def test_quadratic_max_len_is_a_process_setting(built):
+    from tk_ops.based import quadratic_max_len
+    default = quadratic_max_len()
+    assert default == 1024  # the measured crossover (docs/based.md)
+    try:
+        assert quadratic_max_len(0) == default and quadratic_max_len() == 0
+        assert torch.ops.tk_ops.based_quadratic_max_len(77) == 0 and quadratic_max_len() == 77
+        with pytest.raises(ValueError, match="the length must be >= 0"):
+            torch.ops.tk_ops.based_quadratic_max_len(-5)
+        assert quadratic_max_len() == 77
+    finally:
+        quadratic_max_len(default)
+
+
 # ---------------------------------------------------------------- based_step: argument rules
 
 def step_args(b=2, h=3, dv=64, rank=3, dtype=torch.bfloat16, device="cpu"):

@@ -1,0 +1,210 @@
+// Based forward in quadratic form, for sequences short enough that the N x N pair weights cost less than the
+// 160-feature state (docs/based.md, "Two algorithms"): o_i = sum_{j <= i} w_ij v_j / (sum_{j <= i} w_ij + eps), with
+// w_ij = 1 + s + s^2 / 2, s = scale q_i . k_j, computed like attention without the softmax's running maximum
+// (w >= 1/2 needs no rescaling). No state enters or leaves: the caller takes the chunked kernel
+// (based_fwd_kernel.cuh) when one does.
+//
+// A task is one block of 128 query rows of one (batch, head); consumer c owns rows 64c .. 64c + 63. The producer
+// streams the head's key tiles 0 .. block (128 keys each, K and V) through the ring; the block's Q rides along with
+// its first tile, and each consumer keeps its 64 x 16 rows in registers as the A operand of S = Q K^T. Per tile:
+// S (wgmma, K = 16), W in registers (two FMAs per element; the causal mask on the diagonal tile only), then
+// O += W V and den += W 1 (wgmma, A = W from registers; a tile of ones gives the row sums on the tensor cores, so the
+// numerator and den see the same 16-bit W). At the end O / (den + eps) (or O) leaves through one TMA store of the consumer's 64 rows, and den
+// (without eps) is written for the backward when asked for.
+// Ragged length: TMA zero-fills rows past the end; a padded key is later than every real query, so the causal mask
+// hides it, and padded query rows are never stored.
+#pragma once
+
+#include "based.h"
+#include "kittens.cuh"
+
+namespace tk_based {
+using namespace kittens;
+
+// The pair weight w = 1 + s + s^2 / 2 of s = scale x (x the raw product q . k) as two FMAs: c1 = scale,
+// c2 = scale^2 / 2.
+struct pair_weight_of {
+    float c1, c2;
+    __host__ __device__ explicit pair_weight_of(float scale) : c1(scale), c2(0.5f * scale * scale) {}
+    __device__ __forceinline__ float operator()(float x) const { return fmaf(x, fmaf(x, c2, c1), 1.f); }
+};
+
+// Rows per task and keys per tile of the quadratic kernels: two consumers of 64 rows.
+inline constexpr int QUAD_BLOCK = 128;
+
+// The quadratic kernels' task order. Tasks are drawn dynamically (LCSF's DYNAMIC_TASKS), so this is the order in
+// which they start: heads in groups of heads_per_group, whose K and V the host sizes to fit well within L2, and
+// inside a group by block, heaviest first (rank 0), then by head. The tasks running at one moment then read a few
+// heads' tiles, from L2, and the short tasks come last. (By block over all heads, each head's tiles left L2
+// between its blocks.)
+struct quad_task_place {
+    int bh, rank; // (batch, head) index, and the block's rank by weight (0: the heaviest)
+};
+__device__ inline quad_task_place quad_task_at(int id, int blocks, int total_heads, int heads_per_group) {
+    const int group_tasks = heads_per_group * blocks;
+    const int group = id / group_tasks, in_group = id - group * group_tasks;
+    const int heads = min(heads_per_group, total_heads - group * heads_per_group); // the last group may be short
+    return {group * heads_per_group + in_group % heads, in_group / heads};
+}
+
+// The value tile width of the quadratic kernels: the whole value dimension in one task, 64 or 128 columns (TMA
+// zero-fills the columns past Dv and clips them on the way out).
+constexpr int quad_value_width(int value_dim) { return value_dim <= 64 ? 64 : 128; }
+
+template <typename T, int DV> struct based_quad_fwd {
+    static_assert(DV == 64 || DV == 128, "Based quadratic forward: value tiles of 64 or 128 columns");
+    static constexpr int DK = FEATURE_DIM;
+    static constexpr int HALF = 64; // query rows per consumer: one wgmma row slab
+    static constexpr int BLOCK = QUAD_BLOCK;
+    static constexpr int NUM_CONSUMERS = 2;
+    static constexpr int INPUT_STAGES = 3;
+    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+
+    using qk_tile = st<T, BLOCK, DK>;
+    using v_tile = st<T, BLOCK, DV>;
+    using out_tile = st<T, HALF, DV>;
+    using qk_gl = gl<T, -1, -1, -1, DK, qk_tile>;
+    using v_gl = gl<T, -1, -1, -1, -1, v_tile>;
+    using o_gl = gl<T, -1, -1, -1, -1, out_tile>;
+
+    struct globals {
+        qk_gl q, k;
+        v_gl v;
+        o_gl o;
+        float *den; // (B, H, N) or null
+        int heads, len, blocks, num_tasks; // blocks: query blocks (and key tiles) per head
+        float scale, eps;
+        int normalize;
+        int heads_per_group; // quad_task_at
+        int *task_counter;   // LCSF's dynamic schedule: 2 ints, zero at launch and left zero
+    };
+    struct input_block {
+        qk_tile k;
+        v_tile v;
+        qk_tile q; // the task's query rows: loaded with its first key tile only
+    };
+    using ones_tile = st<T, BLOCK, TILE_DIM>;
+    struct output_block {
+        out_tile staging[NUM_CONSUMERS];
+        ones_tile ones[NUM_CONSUMERS]; // B operand of den = W 1: every column of the product is the row sum
+    };
+    struct consumer_state {
+        rt<T, TILE_DIM, DK> q; // this warp's 16 query rows
+        rt_fl<TILE_DIM, DV> o;
+        rt_fl<TILE_DIM, TILE_DIM> den; // den in every column
+        int tasks = 0;
+    };
+    struct task {
+        int b, h, block, iters;
+    };
+
+    static constexpr bool DYNAMIC_TASKS = true;
+    // The last block of a head is the heaviest (it sees every key tile).
+    __device__ static inline bool get_task(const globals &g, int id, task &t) {
+        if (id >= g.num_tasks) return false;
+        const quad_task_place at = quad_task_at(id, g.blocks, g.num_tasks / g.blocks, g.heads_per_group);
+        t.block = g.blocks - 1 - at.rank;
+        t.b = at.bh / g.heads;
+        t.h = at.bh - t.b * g.heads;
+        t.iters = t.block + 1;
+        return true;
+    }
+
+    __device__ static inline void load(lcsf::producer_args<based_quad_fwd> &p) {
+        const bool first = p.iter == 0;
+        constexpr uint32_t TILE_BYTES = tma::transfer_bytes<qk_tile>::value + tma::transfer_bytes<v_tile>::value;
+        tma::expect_bytes(p.arrived, TILE_BYTES + (first ? tma::transfer_bytes<qk_tile>::value : 0u));
+        tma::load_async(p.input.k, p.g.k, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
+        tma::load_async(p.input.v, p.g.v, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
+        if (first) tma::load_async(p.input.q, p.g.q, {p.task.b, p.task.h, p.task.block, 0}, p.arrived);
+    }
+
+    __device__ static inline void setup(lcsf::consumer_args<based_quad_fwd> &c) {
+        if (c.state.tasks++ == 0) { // the ones, once per block: each consumer its own tile
+            rt<T, TILE_DIM, TILE_DIM> one;
+            for_each_pair([&](pair_pos, typename base_types::packing<T>::packed_type &a) {
+                a = base_types::convertor<typename base_types::packing<T>::packed_type, float2>::convert(float2{1.f, 1.f});
+            }, one);
+#pragma unroll
+            for (int i = 0; i < BLOCK / HALF; i++) store(c.output.ones[c.consumer], one, i * HALF + warpgroup::warp_row0(), 0);
+            async_proxy_fence(); // read by wgmma after the warpgroup's barrier below
+            warpgroup::sync();
+        }
+        zero(c.state.o);
+        zero(c.state.den);
+    }
+
+    // W = w(S) in place, masked to the causal triangle on the diagonal tile (row0: this warp's first query row within
+    // the block, which on the diagonal tile is also the tile's first key).
+    template <bool MASKED> __device__ static inline void weights(rt_fl<TILE_DIM, BLOCK> &s, const pair_weight_of &w, int row0) {
+        for_each_pair([&](pair_pos p, float2 &v) {
+            v.x = w(v.x);
+            v.y = w(v.y);
+            if constexpr (MASKED) {
+                const int row = row0 + p.row;
+                v.x = p.col <= row ? v.x : 0.f;
+                v.y = p.col + 1 <= row ? v.y : 0.f;
+            }
+        }, s);
+    }
+
+    __device__ static inline void compute(lcsf::consumer_args<based_quad_fwd> &c) {
+        const int me = c.consumer;
+        if (c.iter == 0) warpgroup::load(c.state.q, c.input.q.template row_block<HALF>(me));
+        rt_fl<TILE_DIM, BLOCK> s;
+        warpgroup::mm_ABt(s, c.state.q, c.input.k);
+        warpgroup::mma_async_wait(s);
+        const pair_weight_of w(c.g.scale);
+        if (c.iter == c.task.block) weights<true>(s, w, me * HALF + warpgroup::warp_row0());
+        else weights<false>(s, w, 0);
+        rt<T, TILE_DIM, BLOCK> w16;
+        copy(w16, s);
+        warpgroup::mma_AB(c.state.o, w16, c.input.v);
+        warpgroup::mma_AB(c.state.den, w16, c.output.ones[me]);
+        // Waited here: W's registers die with this call (a product left in flight past it makes ptxas serialise every
+        // wgmma); the other consumer fills the gap.
+        warpgroup::mma_async_wait(c.state.o, c.state.den);
+    }
+
+    __device__ static inline void finish(lcsf::consumer_args<based_quad_fwd> &c) {
+        const globals &g = c.g;
+        const int me = c.consumer;
+        const int rows0 = c.task.block * BLOCK + me * HALF; // this consumer's first row in the sequence
+        float den[2] = {0.f, 0.f};
+        for_each_pair([&](pair_pos p, const float2 &d) {
+            if (p.k < 2) den[p.half] = d.x; // every column holds the row's value: this lane's first one
+        }, c.state.den);
+        if (g.den && leads_row()) {
+            float *den_out = g.den + (size_t(c.task.b) * g.heads + c.task.h) * g.len;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = rows0 + warpgroup::warp_row0() + lane_row(0, r);
+                if (row < g.len) den_out[row] = den[r];
+            }
+        }
+        if (g.normalize) {
+            float inv[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) inv[r] = 1.f / (den[r] + g.eps);
+            for_each_pair([&](pair_pos p, float2 &v) {
+                v.x *= inv[p.half];
+                v.y *= inv[p.half];
+            }, c.state.o);
+        }
+        if (rows0 >= g.len) return; // the second consumer of a ragged last block: nothing to store
+        rt<T, TILE_DIM, DV> out;
+        copy(out, c.state.o);
+        // The previous task's store must have finished reading the staging tile.
+        if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
+        warpgroup::sync();
+        warpgroup::store(c.output.staging[me], out);
+        async_proxy_fence();
+        warpgroup::sync();
+        if (warpgroup::laneid() == 0) {
+            tma::store_async(g.o, c.output.staging[me], {c.task.b, c.task.h, 2 * c.task.block + me, 0});
+            tma::store_commit_group();
+        }
+    }
+};
+
+} // namespace tk_based
