@@ -18,7 +18,7 @@ template <typename T, int DV> cudaError_t launch_quadratic_forward(const fwd_pro
     const typename K::globals g{input_map<typename K::qk_gl>(p.q, p.batch, p.heads, p.len, K::DK),
                                 input_map<typename K::qk_gl>(p.k, p.batch, p.heads, p.len, K::DK),
                                 input_map<typename K::v_gl>(p.v, p.batch, p.heads, p.len, p.value_dim),
-                                output_map<typename K::o_gl>(p.o, p.batch, p.heads, p.len, p.value_dim),
+                                output_map<typename K::v_gl>(p.o, p.batch, p.heads, p.len, p.value_dim),
                                 p.den, p.heads, p.len, blocks, p.batch * p.heads * blocks, p.scale, p.eps,
                                 p.normalize ? 1 : 0, quadratic_heads_per_group(p.len, DV), p.task_counter};
     return kittens::lcsf::launch<K>(g, g.num_tasks, stream);

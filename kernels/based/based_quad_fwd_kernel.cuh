@@ -6,10 +6,10 @@
 //
 // A task is one block of 128 query rows of one (batch, head); consumer c owns rows 64c .. 64c + 63. The producer
 // streams the head's key tiles 0 .. block (128 keys each, K and V) through the ring; the block's Q rides along with
-// its first tile, and each consumer keeps its 64 x 16 rows in registers as the A operand of S = Q K^T. Per tile:
-// S (wgmma, K = 16), W in registers (two FMAs per element; the causal mask on the diagonal tile only), then
-// O += W V and den += W 1 (wgmma, A = W from registers; a tile of ones gives the row sums on the tensor cores, so the
-// numerator and den see the same 16-bit W). At the end O / (den + eps) (or O) leaves through one TMA store of the consumer's 64 rows, and den
+// its first tile, and each consumer keeps its 64 x 16 rows in registers as the A operand of S = Q K^T. Per tile, in
+// two halves of 64 keys: S of both halves (wgmma, K = 16), then per half W in registers (two FMAs per element, the
+// row sums into den, the causal mask on the diagonal tile only) and O += W V (A = W from registers), the second half's
+// W computed while the first half's product runs. Consumer 0 sees only the first half of its diagonal tile. At the end O / (den + eps) (or O) leaves through one TMA store of the consumer's 64 rows, and den
 // (without eps) is written for the backward when asked for.
 // Ragged length: TMA zero-fills rows past the end; a padded key is later than every real query, so the causal mask
 // hides it, and padded query rows are never stored.
@@ -61,16 +61,14 @@ template <typename T, int DV> struct based_quad_fwd {
     static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
     using qk_tile = st<T, BLOCK, DK>;
-    using v_tile = st<T, BLOCK, DV>;
+    using v_half = st<T, HALF, DV>; // a key tile's values in two halves, each the B operand of one half's product
     using out_tile = st<T, HALF, DV>;
     using qk_gl = gl<T, -1, -1, -1, DK, qk_tile>;
-    using v_gl = gl<T, -1, -1, -1, -1, v_tile>;
-    using o_gl = gl<T, -1, -1, -1, -1, out_tile>;
+    using v_gl = gl<T, -1, -1, -1, -1, v_half>;
 
     struct globals {
         qk_gl q, k;
-        v_gl v;
-        o_gl o;
+        v_gl v, o;
         float *den; // (B, H, N) or null
         int heads, len, blocks, num_tasks; // blocks: query blocks (and key tiles) per head
         float scale, eps;
@@ -80,19 +78,16 @@ template <typename T, int DV> struct based_quad_fwd {
     };
     struct input_block {
         qk_tile k;
-        v_tile v;
+        v_half v[2];
         qk_tile q; // the task's query rows: loaded with its first key tile only
     };
-    using ones_tile = st<T, BLOCK, TILE_DIM>;
     struct output_block {
         out_tile staging[NUM_CONSUMERS];
-        ones_tile ones[NUM_CONSUMERS]; // B operand of den = W 1: every column of the product is the row sum
     };
     struct consumer_state {
         rt<T, TILE_DIM, DK> q; // this warp's 16 query rows
         rt_fl<TILE_DIM, DV> o;
-        rt_fl<TILE_DIM, TILE_DIM> den; // den in every column
-        int tasks = 0;
+        float den[2]; // this lane's share of its two rows' den
     };
     struct task {
         int b, h, block, iters;
@@ -112,68 +107,86 @@ template <typename T, int DV> struct based_quad_fwd {
 
     __device__ static inline void load(lcsf::producer_args<based_quad_fwd> &p) {
         const bool first = p.iter == 0;
-        constexpr uint32_t TILE_BYTES = tma::transfer_bytes<qk_tile>::value + tma::transfer_bytes<v_tile>::value;
+        constexpr uint32_t TILE_BYTES = tma::transfer_bytes<qk_tile>::value + 2 * tma::transfer_bytes<v_half>::value;
         tma::expect_bytes(p.arrived, TILE_BYTES + (first ? tma::transfer_bytes<qk_tile>::value : 0u));
         tma::load_async(p.input.k, p.g.k, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
-        tma::load_async(p.input.v, p.g.v, {p.task.b, p.task.h, p.iter, 0}, p.arrived);
+#pragma unroll
+        for (int h = 0; h < 2; h++) tma::load_async(p.input.v[h], p.g.v, {p.task.b, p.task.h, 2 * p.iter + h, 0}, p.arrived);
         if (first) tma::load_async(p.input.q, p.g.q, {p.task.b, p.task.h, p.task.block, 0}, p.arrived);
     }
 
     __device__ static inline void setup(lcsf::consumer_args<based_quad_fwd> &c) {
-        if (c.state.tasks++ == 0) { // the ones, once per block: each consumer its own tile
-            rt<T, TILE_DIM, TILE_DIM> one;
-            for_each_pair([&](pair_pos, typename base_types::packing<T>::packed_type &a) {
-                a = base_types::convertor<typename base_types::packing<T>::packed_type, float2>::convert(float2{1.f, 1.f});
-            }, one);
-#pragma unroll
-            for (int i = 0; i < BLOCK / HALF; i++) store(c.output.ones[c.consumer], one, i * HALF + warpgroup::warp_row0(), 0);
-            async_proxy_fence(); // read by wgmma after the warpgroup's barrier below
-            warpgroup::sync();
-        }
         zero(c.state.o);
-        zero(c.state.den);
+        c.state.den[0] = c.state.den[1] = 0.f;
     }
 
-    // W = w(S) in place, masked to the causal triangle on the diagonal tile (row0: this warp's first query row within
-    // the block, which on the diagonal tile is also the tile's first key).
-    template <bool MASKED> __device__ static inline void weights(rt_fl<TILE_DIM, BLOCK> &s, const pair_weight_of &w, int row0) {
-        for_each_pair([&](pair_pos p, float2 &v) {
-            v.x = w(v.x);
-            v.y = w(v.y);
+    // One key half's weights W = w(S) in 16 bits, masked to the causal triangle where MASKED (the half and this
+    // consumer's rows then start at the same position; warp_row0 is this warp's first row there), and their row sums
+    // into den: the sums of the rounded weights, so that numerator and den see the same W (with one visible key,
+    // o = v exactly, which the backward's dN . v + dD cancellation relies on).
+    template <bool MASKED>
+    __device__ static inline void weights(rt_fl<TILE_DIM, HALF> &s, rt<T, TILE_DIM, HALF> &w16, float (&den)[2],
+                                          const pair_weight_of &w, int warp_row0) {
+        using T2 = typename base_types::packing<T>::packed_type;
+        for_each_pair([&](pair_pos p, const float2 &v, T2 &out) {
+            float x = w(v.x), y = w(v.y);
             if constexpr (MASKED) {
-                const int row = row0 + p.row;
-                v.x = p.col <= row ? v.x : 0.f;
-                v.y = p.col + 1 <= row ? v.y : 0.f;
+                const int row = warp_row0 + p.row;
+                x = p.col <= row ? x : 0.f;
+                y = p.col + 1 <= row ? y : 0.f;
             }
-        }, s);
+            out = base_types::convertor<T2, float2>::convert(float2{x, y});
+            const float2 rounded = base_types::convertor<float2, T2>::convert(out);
+            den[p.half] += rounded.x + rounded.y;
+        }, s, w16);
+    }
+
+    // Both key halves of a tile (the second masked on the diagonal tile of consumer 1). S of both halves is issued at
+    // once, and the second half's weights are computed while the first half's O product runs.
+    template <bool MASK_SECOND> __device__ static inline void both_halves(lcsf::consumer_args<based_quad_fwd> &c) {
+        const pair_weight_of w(c.g.scale);
+        rt_fl<TILE_DIM, HALF> s0, s1;
+        warpgroup::mm_ABt(s0, c.state.q, c.input.k.template row_block<HALF>(0));
+        warpgroup::mm_ABt(s1, c.state.q, c.input.k.template row_block<HALF>(1));
+        warpgroup::mma_async_wait<1>(s0);
+        rt<T, TILE_DIM, HALF> w0, w1;
+        weights<false>(s0, w0, c.state.den, w, 0);
+        warpgroup::mma_AB(c.state.o, w0, c.input.v[0]);
+        warpgroup::mma_async_wait<1>(s1); // S1 done; the O product of half 0 may still run
+        weights<MASK_SECOND>(s1, w1, c.state.den, w, warpgroup::warp_row0());
+        // O must be complete before the next product on it is issued (a product in flight on an accumulator that
+        // another wgmma names makes ptxas serialise every wgmma of the kernel).
+        warpgroup::mma_async_wait(c.state.o);
+        warpgroup::mma_AB(c.state.o, w1, c.input.v[1]);
+        warpgroup::mma_async_wait(c.state.o);
+    }
+
+    // Consumer 0's diagonal tile: only the first key half, masked.
+    __device__ static inline void first_half_masked(lcsf::consumer_args<based_quad_fwd> &c) {
+        rt_fl<TILE_DIM, HALF> s0;
+        warpgroup::mm_ABt(s0, c.state.q, c.input.k.template row_block<HALF>(0));
+        warpgroup::mma_async_wait(s0);
+        rt<T, TILE_DIM, HALF> w0;
+        weights<true>(s0, w0, c.state.den, pair_weight_of(c.g.scale), warpgroup::warp_row0());
+        warpgroup::mma_AB(c.state.o, w0, c.input.v[0]);
+        warpgroup::mma_async_wait(c.state.o);
     }
 
     __device__ static inline void compute(lcsf::consumer_args<based_quad_fwd> &c) {
         const int me = c.consumer;
         if (c.iter == 0) warpgroup::load(c.state.q, c.input.q.template row_block<HALF>(me));
-        rt_fl<TILE_DIM, BLOCK> s;
-        warpgroup::mm_ABt(s, c.state.q, c.input.k);
-        warpgroup::mma_async_wait(s);
-        const pair_weight_of w(c.g.scale);
-        if (c.iter == c.task.block) weights<true>(s, w, me * HALF + warpgroup::warp_row0());
-        else weights<false>(s, w, 0);
-        rt<T, TILE_DIM, BLOCK> w16;
-        copy(w16, s);
-        warpgroup::mma_AB(c.state.o, w16, c.input.v);
-        warpgroup::mma_AB(c.state.den, w16, c.output.ones[me]);
-        // Waited here: W's registers die with this call (a product left in flight past it makes ptxas serialise every
-        // wgmma); the other consumer fills the gap.
-        warpgroup::mma_async_wait(c.state.o, c.state.den);
+        if (c.iter < c.task.block) both_halves<false>(c);
+        else if (me == 1) both_halves<true>(c);
+        else first_half_masked(c);
     }
 
     __device__ static inline void finish(lcsf::consumer_args<based_quad_fwd> &c) {
         const globals &g = c.g;
         const int me = c.consumer;
         const int rows0 = c.task.block * BLOCK + me * HALF; // this consumer's first row in the sequence
-        float den[2] = {0.f, 0.f};
-        for_each_pair([&](pair_pos p, const float2 &d) {
-            if (p.k < 2) den[p.half] = d.x; // every column holds the row's value: this lane's first one
-        }, c.state.den);
+        float den[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) den[r] = row_lanes_sum(c.state.den[r]);
         if (g.den && leads_row()) {
             float *den_out = g.den + (size_t(c.task.b) * g.heads + c.task.h) * g.len;
 #pragma unroll
