@@ -121,9 +121,9 @@ template <typename T, int DV> struct based_quad_fwd {
     }
 
     // One key half's weights W = w(S) in 16 bits, masked to the causal triangle where MASKED (the half and this
-    // consumer's rows then start at the same position; warp_row0 is this warp's first row there), and their row sums
-    // into den: the sums of the rounded weights, so that numerator and den see the same W (with one visible key,
-    // o = v exactly, which the backward's dN . v + dD cancellation relies on).
+    // consumer's rows then start at the same position; warp_row0 is this warp's first row there), and their fp32 row
+    // sums into den. (Summing the 16-bit weights instead, so that numerator and den see the same W, cost 15 % of the
+    // forward: docs/based.md.)
     template <bool MASKED>
     __device__ static inline void weights(rt_fl<TILE_DIM, HALF> &s, rt<T, TILE_DIM, HALF> &w16, float (&den)[2],
                                           const pair_weight_of &w, int warp_row0) {
@@ -136,8 +136,7 @@ template <typename T, int DV> struct based_quad_fwd {
                 y = p.col + 1 <= row ? y : 0.f;
             }
             out = base_types::convertor<T2, float2>::convert(float2{x, y});
-            const float2 rounded = base_types::convertor<float2, T2>::convert(out);
-            den[p.half] += rounded.x + rounded.y;
+            den[p.half] += x + y;
         }, s, w16);
     }
 

@@ -179,7 +179,9 @@ def test_outputs_not_asked_for_are_empty():
     o, kv, k_sum, den = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6, None, None, False, False)
     assert kv.shape == k_sum.shape == den.shape == (0,)
     o2, kv, k_sum, den = torch.ops.tk_ops.based_fwd(q, k, v, None, True, 1e-6, None, None, True, True)
-    assert rel_err(o2, o) <= 1e-6 and den.shape == (1, 2, 30)
+    # Without a state out, a short sequence runs on the quadratic kernels, with it on the chunked ones: the two
+    # round differently (test_based_quadratic.py holds each to the reference).
+    assert rel_err(o2, o) <= TOL and den.shape == (1, 2, 30)
 
 
 def test_den_is_the_normaliser():
