@@ -31,6 +31,8 @@ REQUIRED_SASS = {
     "kernels/based/based_fwd.cu": ["HGMMA", "UTMALDG", "UTMASTG"],
     "kernels/based/based_bwd.cu": ["HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG"],
     "kernels/based/based_step.cu": ["LDG.E.128", "STG.E.128"],
+    "kernels/based/based_quad_fwd.cu": ["HGMMA", "UTMALDG", "UTMASTG"],
+    "kernels/based/based_quad_bwd.cu": ["HGMMA", "UTMALDG", "UTMASTG"],
     "kernels/mamba2/mamba2_fwd.cu": ["HGMMA", "UTMALDG"],
     "kernels/mamba2/mamba2_bwd.cu": ["HGMMA", "UTMALDG", "UTMAREDG"],
     "kernels/fftconv/fftconv_fwd.cu": ["HMMA", "MOVM"],
