@@ -13,7 +13,7 @@ int quadratic_max_len();
 void set_quadratic_max_len(int len);
 
 // Whether a problem takes the quadratic kernels: short enough, no state enters or leaves (the quadratic form has
-// none to read or write), and a task counter for their dynamic schedule.
+// none to read or write), a task counter for their dynamic schedule, and task ids that fit 32 bits.
 bool takes_quadratic(const fwd_problem &p);
 bool takes_quadratic(const bwd_problem &p);
 

@@ -34,11 +34,19 @@ template <typename T> cudaError_t quadratic_forward_in(const fwd_problem &p, cud
 int quadratic_max_len() { return quadratic_limit.load(std::memory_order_relaxed); }
 void set_quadratic_max_len(int len) { quadratic_limit.store(len, std::memory_order_relaxed); }
 
+namespace {
+// The quadratic kernels number their tasks (batch x heads x blocks of 128 rows) with 32-bit integers.
+bool tasks_fit(int batch, int heads, int len) {
+    return int64_t(batch) * heads * ((len + QUAD_BLOCK - 1) / QUAD_BLOCK) < (int64_t(1) << 31);
+}
+} // namespace
+
 bool takes_quadratic(const fwd_problem &p) {
-    return p.len <= quadratic_max_len() && !p.kv0 && !p.kv_final && p.task_counter;
+    return p.len <= quadratic_max_len() && !p.kv0 && !p.kv_final && p.task_counter && tasks_fit(p.batch, p.heads, p.len);
 }
 bool takes_quadratic(const bwd_problem &p) {
-    return p.len <= quadratic_max_len() && !p.kv0 && !p.d_kv_final && !p.d_kv0 && p.task_counter;
+    return p.len <= quadratic_max_len() && !p.kv0 && !p.d_kv_final && !p.d_kv0 && p.task_counter &&
+           tasks_fit(p.batch, p.heads, p.len);
 }
 
 cudaError_t quadratic_forward(const fwd_problem &p, cudaStream_t stream) {
