@@ -276,6 +276,32 @@ template <typename T, int L, bool REVERSED = false> struct fft_io : fft_steps<T,
         }
     }
 
+    // Samples n0 .. n0 + V - 1 of a row's sequence (n0 a multiple of V), those before `end`, times their postgates
+    // (none where postgate is null), into y: one vector store (and postgate load) where the layout allows.
+    __device__ static inline void output_v(const layout &g, T *y, const T *postgate, size_t row, int n0, int end,
+                                           const float (&v)[V]) {
+        if (g.vectors && n0 + V <= end) { // lengths (and blocks) are multiples of 8: one aligned vector
+            const size_t at = row + first_element(g, n0, V);
+            float out[V];
+#pragma unroll
+            for (int e = 0; e < V; e++) out[e] = v[e];
+            orient(g, out);
+            if (postgate) {
+                float p[V];
+                unpack_words(*reinterpret_cast<const vec *>(postgate + at), p);
+#pragma unroll
+                for (int e = 0; e < V; e++) out[e] *= p[e];
+            }
+            *reinterpret_cast<vec *>(y + at) = pack_words(out);
+            return;
+        }
+        for (int e = 0; e < V && n0 + e < end; e++) {
+            const size_t at = row + element(g, n0 + e);
+            const float p = postgate ? S::to_float(postgate[at]) : 1.f;
+            y[at] = base_types::convertor<T, float>::convert(v[e] * p);
+        }
+    }
+
     // The planes back to samples n < limit, through the inverse outer step when R > 1: emit(n0, re, im) for each V
     // samples from n0 (a multiple of V) that start before the limit. The limit is at most L / 2 (the kept half) unless
     // ALL, which computes every sample (the planes' inverse steps must then have kept every digit).

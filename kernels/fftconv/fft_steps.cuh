@@ -92,6 +92,30 @@ template <typename T, int L> struct fft_steps {
         else asm volatile("bar.sync %0, %1;\n" ::"r"(q + 1), "n"(SLOT_THREADS) : "memory");
     }
 
+    // Where the calling thread works: its slot q, its warp wq in the slot, its lane and its thread index in the slot,
+    // and the slot's share [first, last) of a kernel's `items`, dealt evenly over every slot of the grid.
+    struct slot_place {
+        int q, wq, lane, tid, first, last;
+    };
+    __device__ static inline slot_place place_in_grid(int64_t items) {
+        const int warp = threadIdx.x / WARP_THREADS;
+        slot_place p;
+        p.q = warp / SLOT_WARPS;
+        p.wq = warp % SLOT_WARPS;
+        p.lane = threadIdx.x % WARP_THREADS;
+        p.tid = threadIdx.x % SLOT_THREADS;
+        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + p.q;
+        p.first = int(items * worker / workers);
+        p.last = int(items * (worker + 1) / workers);
+        return p;
+    }
+    // The block's dynamic shared memory as a kernel's layout B.
+    template <typename B> __device__ static inline B &shared_block_as() {
+        extern __shared__ alignment_dummy shm[];
+        if (smem_addr(shm) % 128 != 0) __trap(); // plane_offset's swizzle assumes 128-byte aligned planes
+        return *reinterpret_cast<B *>(shm);
+    }
+
     // ---------------------------------------------------------------------------------------------------------------
     // The 16-point DFT / 4 as A fragments (rows j, columns k): real part, imaginary part and its negative.
     struct dft16 {

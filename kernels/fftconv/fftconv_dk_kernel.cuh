@@ -99,15 +99,10 @@ template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
     }
 
     __device__ static inline void run(const globals &g) {
-        extern __shared__ alignment_dummy shm[];
-        if (smem_addr(shm) % 128 != 0) __trap(); // plane_offset's swizzle assumes 128-byte aligned planes
-        shared_block &s = *reinterpret_cast<shared_block *>(shm);
-        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
-        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        shared_block &s = S::template shared_block_as<shared_block>();
+        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
+        const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
-        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads, workers = int64_t(gridDim.x) * SLOTS;
-        const int64_t worker = int64_t(blockIdx.x) * SLOTS + q;
-        const int first = int(items * worker / workers), last = int(items * (worker + 1) / workers);
         S::build_twiddles(s.t);
         const typename S::dft16 f = S::make_dft16(lane);
 #pragma unroll

@@ -74,45 +74,15 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<
         for (int r = 0; r < PER_THREAD; r++) spectrum[tid + r * SLOT_THREADS] = c[r];
     }
 
-    // Outputs n0 .. n0 + V - 1 (n0 a multiple of V) of a row, those before the sequence's end, times their postgates:
-    // one vector store (and postgate load) when the layout allows.
-    __device__ static inline void output_v(const globals &g, size_t row, int n0, const float (&v)[V]) {
-        if (g.shape.vectors) { // the length is a multiple of 8: all V exist, one aligned vector either way
-            const size_t at = row + IO::first_element(g.shape, n0, V);
-            float y[V];
-#pragma unroll
-            for (int e = 0; e < V; e++) y[e] = v[e];
-            IO::orient(g.shape, y);
-            if (g.postgate) {
-                float p[V];
-                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + at), p);
-#pragma unroll
-                for (int e = 0; e < V; e++) y[e] *= p[e];
-            }
-            *reinterpret_cast<vec *>(g.y + at) = IO::pack_words(y);
-            return;
-        }
-        for (int e = 0; e < V && n0 + e < g.shape.len; e++) {
-            const size_t at = row + IO::element(g.shape, n0 + e);
-            const float p = g.postgate ? S::to_float(g.postgate[at]) : 1.f;
-            g.y[at] = base_types::convertor<T, float>::convert(v[e] * p);
-        }
-    }
-
     // Each slot takes its share of the items (head-major pairs), loading its head's spectrum when the head changes.
     __device__ static inline void run(const globals &g) {
-        extern __shared__ alignment_dummy shm[];
-        if (smem_addr(shm) % 128 != 0) __trap(); // plane_offset's swizzle assumes 128-byte aligned planes
-        shared_block &s = *reinterpret_cast<shared_block *>(shm);
-        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
-        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        shared_block &s = S::template shared_block_as<shared_block>();
+        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
+        const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
         raw_rows *raw = nullptr;
         if constexpr (STAGED) raw = g.staged ? &m.raw : nullptr;
         const source src{g.u, g.pregate};
-        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads, workers = int64_t(gridDim.x) * SLOTS;
-        const int64_t worker = int64_t(blockIdx.x) * SLOTS + q;
-        const int first = int(items * worker / workers), last = int(items * (worker + 1) / workers);
         if (raw && first < last) IO::prefetch(*raw, g.shape, src, first, tid);
         S::build_twiddles(s.t);
         const typename S::dft16 f = S::make_dft16(lane);
@@ -135,8 +105,8 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<
                 for (int h = 0; h < 2; h++) S::twiddle(yr[h], yi[h], m.spectrum, S::tile_of(wq, 2 * u + h), lane); // times K
             });
             IO::store_output(s.t, m.p, kept, tid, [&](int n0, const float (&re)[V], const float (&im)[V]) {
-                output_v(g, rows.row0, n0, re);
-                if (rows.second) output_v(g, rows.row1, n0, im);
+                IO::output_v(g.shape, g.y, g.postgate, rows.row0, n0, g.shape.len, re);
+                if (rows.second) IO::output_v(g.shape, g.y, g.postgate, rows.row1, n0, g.shape.len, im);
             });
         }
     }

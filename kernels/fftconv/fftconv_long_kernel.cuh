@@ -53,19 +53,12 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
         int blocks;     // ceil(N / B)
     };
 
-    __device__ static inline int worker_first(int64_t items, int64_t worker, int64_t workers) { return int(items * worker / workers); }
-
     // 1. Items (pair, block), pair-major: each block of each pair to its level-16 outputs.
     __device__ static inline void run_forward(const globals &g) {
-        extern __shared__ alignment_dummy shm[];
-        if (smem_addr(shm) % 128 != 0) __trap(); // plane_offset's swizzle assumes 128-byte aligned planes
-        shared_block &s = *reinterpret_cast<shared_block *>(shm);
-        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
-        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        shared_block &s = S::template shared_block_as<shared_block>();
+        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks);
+        const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         planes &m = s.slot[q].p;
-        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks;
-        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + q;
-        const int first = worker_first(items, worker, workers), last = worker_first(items, worker + 1, workers);
         S::build_twiddles(s.t);
         const typename S::dft16 f = S::make_dft16(lane);
         __syncthreads();
@@ -88,41 +81,12 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
         }
     }
 
-    // Samples n0 .. n0 + V - 1 of a row's sequence (n0 a multiple of V), those before `end`, times their postgates.
-    __device__ static inline void output_v(const globals &g, size_t row, int n0, int end, const float (&v)[V]) {
-        if (g.shape.vectors && n0 + V <= end) { // lengths and blocks are multiples of 8: one aligned vector
-            const size_t at = row + IO::first_element(g.shape, n0, V);
-            float y[V];
-#pragma unroll
-            for (int e = 0; e < V; e++) y[e] = v[e];
-            IO::orient(g.shape, y);
-            if (g.postgate) {
-                float p[V];
-                IO::unpack_words(*reinterpret_cast<const vec *>(g.postgate + at), p);
-#pragma unroll
-                for (int e = 0; e < V; e++) y[e] *= p[e];
-            }
-            *reinterpret_cast<vec *>(g.y + at) = IO::pack_words(y);
-            return;
-        }
-        for (int e = 0; e < V && n0 + e < end; e++) {
-            const size_t at = row + IO::element(g.shape, n0 + e);
-            const float p = g.postgate ? S::to_float(g.postgate[at]) : 1.f;
-            g.y[at] = base_types::convertor<T, float>::convert(v[e] * p);
-        }
-    }
-
     // 3. Items: pairs; each pair's blocks in order, overlap-added through the slot's tail.
     __device__ static inline void run_inverse(const globals &g) {
-        extern __shared__ alignment_dummy shm[];
-        if (smem_addr(shm) % 128 != 0) __trap();
-        shared_block &s = *reinterpret_cast<shared_block *>(shm);
-        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
-        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        shared_block &s = S::template shared_block_as<shared_block>();
+        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
+        const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
-        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads;
-        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + q;
-        const int first = worker_first(items, worker, workers), last = worker_first(items, worker + 1, workers);
         S::build_twiddles(s.t);
         const typename S::dft16 f = S::make_dft16(lane);
         __syncthreads();
@@ -159,8 +123,8 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
                         a[e] = re[e] + (block ? m.tail[0][n0 + e] : 0.f);
                         b[e] = im[e] + (block ? m.tail[1][n0 + e] : 0.f);
                     }
-                    output_v(g, rows.row0, offset + n0, g.shape.len, a);
-                    if (rows.second) output_v(g, rows.row1, offset + n0, g.shape.len, b);
+                    IO::output_v(g.shape, g.y, g.postgate, rows.row0, offset + n0, g.shape.len, a);
+                    if (rows.second) IO::output_v(g.shape, g.y, g.postgate, rows.row1, offset + n0, g.shape.len, b);
                 });
             }
         }
@@ -176,14 +140,10 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
         float scale;
     };
     __device__ static inline void run_dk_inverse(const dk_globals &g) {
-        extern __shared__ alignment_dummy shm[];
-        if (smem_addr(shm) % 128 != 0) __trap();
-        shared_block &s = *reinterpret_cast<shared_block *>(shm);
-        const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
-        const int q = warp / SLOT_WARPS, wq = warp % SLOT_WARPS, tid = threadIdx.x % SLOT_THREADS;
+        shared_block &s = S::template shared_block_as<shared_block>();
+        const typename S::slot_place at = S::place_in_grid(g.heads);
+        const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
-        const int64_t workers = int64_t(gridDim.x) * SLOTS, worker = int64_t(blockIdx.x) * SLOTS + q;
-        const int first = worker_first(g.heads, worker, workers), last = worker_first(g.heads, worker + 1, workers);
         S::build_twiddles(s.t);
         const typename S::dft16 f = S::make_dft16(lane);
         __syncthreads();
