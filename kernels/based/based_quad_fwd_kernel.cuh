@@ -9,8 +9,9 @@
 // its first tile, and each consumer keeps its 64 x 16 rows in registers as the A operand of S = Q K^T. Per tile, in
 // two halves of 64 keys: S of both halves (wgmma, K = 16), then per half W in registers (two FMAs per element, the
 // row sums into den, the causal mask on the diagonal tile only) and O += W V (A = W from registers), the second half's
-// W computed while the first half's product runs. Consumer 0 sees only the first half of its diagonal tile. At the end O / (den + eps) (or O) leaves through one TMA store of the consumer's 64 rows, and den
-// (without eps) is written for the backward when asked for.
+// W computed while the first half's product runs. Consumer 0 sees only the first half of its diagonal tile. At the
+// end O / (den + eps) (or O) leaves through one TMA store of the consumer's 64 rows, and den (without eps) is written
+// for the backward when asked for.
 // Ragged length: TMA zero-fills rows past the end; a padded key is later than every real query, so the causal mask
 // hides it, and padded query rows are never stored.
 #pragma once
