@@ -37,6 +37,9 @@ struct fwd_problem {
     float *kv_final = nullptr, *k_sum_final = nullptr; // the state after the last token, or null (both or neither)
     float *den = nullptr; // (batch, heads, len) contiguous: den_i without eps (what the backward divides by), or null
     int *task_counter = nullptr; // 2 ints of device memory, zero at launch and left zero: the quadratic kernels' schedule
+    // Sequences up to this length without a state take the quadratic kernels (based_quad.h); 0: always chunked. The
+    // binding passes the process setting, read once per call so that every decision of the call agrees.
+    int quadratic_max_len = 0;
 };
 
 // The causal forward, for a supported value_dim (the caller checked everything else). len == 0 writes the final state
@@ -59,6 +62,7 @@ struct bwd_problem {
     // null: backward() then allocates its own on the stream and frees it there.
     void *workspace = nullptr;
     int *task_counter = nullptr; // as fwd_problem's
+    int quadratic_max_len = 0;   // as fwd_problem's (it also sizes the workspace: backward_workspace_bytes)
 };
 
 // Gradients of the forward above for q, k, v and the initial state.

@@ -7,13 +7,14 @@
 namespace tk_based {
 
 // The longest sequence the quadratic kernels take (from the measured crossover with the chunked kernels). A process
-// setting, for tests and tuning: 0 sends every call to the chunked kernels.
+// setting, for tests and tuning: 0 sends every call to the chunked kernels. The binding copies it into each problem
+// (fwd_problem::quadratic_max_len), which is what the dispatch reads.
 inline constexpr int DEFAULT_QUADRATIC_MAX_LEN = 1024;
 int quadratic_max_len();
 void set_quadratic_max_len(int len);
 
-// Whether a problem takes the quadratic kernels: short enough, no state enters or leaves (the quadratic form has
-// none to read or write), a task counter for their dynamic schedule, and task ids that fit 32 bits.
+// Whether a problem takes the quadratic kernels: no longer than its quadratic_max_len, no state enters or leaves (the
+// quadratic form has none to read or write), a task counter for their dynamic schedule, and task ids that fit 32 bits.
 bool takes_quadratic(const fwd_problem &p);
 bool takes_quadratic(const bwd_problem &p);
 

@@ -42,10 +42,10 @@ bool tasks_fit(int batch, int heads, int len) {
 } // namespace
 
 bool takes_quadratic(const fwd_problem &p) {
-    return p.len <= quadratic_max_len() && !p.kv0 && !p.kv_final && p.task_counter && tasks_fit(p.batch, p.heads, p.len);
+    return p.len <= p.quadratic_max_len && !p.kv0 && !p.kv_final && p.task_counter && tasks_fit(p.batch, p.heads, p.len);
 }
 bool takes_quadratic(const bwd_problem &p) {
-    return p.len <= quadratic_max_len() && !p.kv0 && !p.d_kv_final && !p.d_kv0 && p.task_counter &&
+    return p.len <= p.quadratic_max_len && !p.kv0 && !p.d_kv_final && !p.d_kv0 && p.task_counter &&
            tasks_fit(p.batch, p.heads, p.len);
 }
 

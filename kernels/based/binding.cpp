@@ -275,6 +275,7 @@ based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
     if (save_den) p.den = den.data_ptr<float>();
     const at::Tensor counter = task_counter(q_in.device());
     p.task_counter = counter.data_ptr<int>();
+    p.quadratic_max_len = tk_based::quadratic_max_len();
     check_launch(tk_based::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based kernel");
     return {o, kv, k_sum, den};
 }
@@ -328,6 +329,10 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
         p.d_kv0 = mut_ptr_or_null(d_kv0);
         p.d_k_sum0 = mut_ptr_or_null(d_k_sum0);
     }
+    // Read once: the workspace's size and the kernels launched follow from the same decision.
+    const at::Tensor counter = task_counter(q_in.device());
+    p.task_counter = counter.data_ptr<int>();
+    p.quadratic_max_len = tk_based::quadratic_max_len();
     // The kernels' scratch from torch's caching allocator (blocks 512-byte aligned): reused across calls and owned by a
     // captured CUDA graph's pool like every other tensor, with no allocation call of its own on the stream.
     const size_t workspace_bytes = tk_based::backward_workspace_bytes(p);
@@ -336,8 +341,6 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
         workspace = at::detail::empty_cuda({int64_t(workspace_bytes)}, at::kByte, q_in.device(), std::nullopt);
         p.workspace = workspace.data_ptr();
     }
-    const at::Tensor counter = task_counter(q_in.device());
-    p.task_counter = counter.data_ptr<int>();
     check_launch(tk_based::backward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based backward kernel");
     return {dq, dk, dv, d_kv0, d_k_sum0};
 }
