@@ -35,9 +35,10 @@ int quadratic_max_len() { return quadratic_limit.load(std::memory_order_relaxed)
 void set_quadratic_max_len(int len) { quadratic_limit.store(len, std::memory_order_relaxed); }
 
 namespace {
-// The quadratic kernels number their tasks (batch x heads x blocks of 128 rows) with 32-bit integers.
+// The quadratic kernels number their tasks (batch x heads x blocks of 128 rows) with 32-bit integers, and their
+// blocks draw ids up to one grid past the last task.
 bool tasks_fit(int batch, int heads, int len) {
-    return int64_t(batch) * heads * ((len + QUAD_BLOCK - 1) / QUAD_BLOCK) < (int64_t(1) << 31);
+    return int64_t(batch) * heads * ((len + QUAD_BLOCK - 1) / QUAD_BLOCK) < (int64_t(1) << 31) - (1 << 16);
 }
 } // namespace
 
