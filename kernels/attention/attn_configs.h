@@ -18,6 +18,8 @@ struct fwd_config {
     int consumers = 0; // consumer warpgroups, 64 query rows each
     int kv = 0;        // keys per K / V tile
     int kv_softcap = 0; // keys per tile with a softcap, whose tanh holds more registers per score
+    int kv_window = 0;         // keys per tile for sliding windows narrower than short_window_keys (0: none)
+    int short_window_keys = 0; // left + right below this takes kv_window
     int stages = 0;    // K / V ring stages
     int q_slots = 0;   // Q tiles per consumer: with 2 the next task's Q loads while this one runs
     int producer_registers = 0, consumer_registers = 0;
@@ -30,10 +32,12 @@ constexpr fwd_config fwd_config_for(int head_dim) {
     // Three consumers overlap each other's softmax and products; 3 x 160 + 32 registers per lane are the whole file
     // (the producer's task draw spilled at 24). D = 64: 3 x 44 KB + 48 KB of Q slots, and 192-key tiles spill.
     // D = 128: 2 x 56 KB + 96 KB; 128-key tiles would leave no room for the second Q slot. With a softcap, 176-key
-    // tiles spill at D = 64 and 144 do not; at D = 128 112-key tiles spill (28 bytes) and 96 do not.
+    // tiles spill at D = 64 and 144 do not; at D = 128 112-key tiles spill (28 bytes) and 96 do not. A window of W
+    // keys makes a consumer's 64 rows span W + 64 keys: at D = 64, 128-key tiles waste fewer of them than 176 up to
+    // W ~ 2K (docs/attention.md, "The band").
     case 64:
-        return {.consumers = 3, .kv = 176, .kv_softcap = 144, .stages = 3, .q_slots = 2, .producer_registers = 32,
-                .consumer_registers = 160};
+        return {.consumers = 3, .kv = 176, .kv_softcap = 144, .kv_window = 128, .short_window_keys = 2048, .stages = 3, .q_slots = 2,
+                .producer_registers = 32, .consumer_registers = 160};
     case 128:
         return {.consumers = 3, .kv = 112, .kv_softcap = 96, .stages = 2, .q_slots = 2, .producer_registers = 32,
                 .consumer_registers = 160};

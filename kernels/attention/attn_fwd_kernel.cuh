@@ -44,7 +44,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     static constexpr int Q_ROWS = 64; // per consumer: one wgmma row slab
     static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
     static_assert(BLOCK_Q == fwd_block_q(D), "attention.h's fwd_block_q sizes the packed documents' blocks");
-    static constexpr int KV = V.softcap ? CONFIG.kv_softcap : CONFIG.kv;
+    static constexpr int KV = V.short_window ? CONFIG.kv_window : V.softcap ? CONFIG.kv_softcap : CONFIG.kv;
+    static_assert(!V.short_window || (V.left_edge && CONFIG.kv_window > 0), "attention forward: short windows need a left edge and kv_window");
     static constexpr int INPUT_STAGES = CONFIG.stages;
     static constexpr int Q_SLOTS = CONFIG.q_slots;
     static_assert(Q_SLOTS == 1 || Q_SLOTS == 2, "attention forward: one or two Q slots per consumer");

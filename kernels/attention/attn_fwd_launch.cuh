@@ -79,8 +79,13 @@ template <typename T, int D, bool SOFTCAP, bool VARLEN> cudaError_t forward_vari
     if constexpr (fwd_narrow_tails_fit(D) && !SOFTCAP && !VARLEN) {
         if (narrow_causal_tails(p)) return launch_forward<attn_fwd<T, D, variant{.banded = true, .narrow_tail = true}>>(p, stream);
     }
-    if (p.window.left < WINDOW_UNLIMITED)
+    if (p.window.left < WINDOW_UNLIMITED) {
+        if constexpr (fwd_config_for(D).kv_window > 0) {
+            if (p.window.right < WINDOW_UNLIMITED && int64_t(p.window.left) + p.window.right < fwd_config_for(D).short_window_keys)
+                return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .varlen = VARLEN, .short_window = true}>>(p, stream);
+        }
         return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
+    }
     return launch_forward<attn_fwd<T, D, variant{.banded = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
 }
 template <typename T, int D, bool SOFTCAP> cudaError_t forward_capped(const fwd_problem &p, cudaStream_t stream) {

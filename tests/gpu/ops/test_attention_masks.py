@@ -56,6 +56,16 @@ def test_forward_self(d, causal, window, n, softcap):
                   f"d={d} causal={causal} window={window} n={n} softcap={softcap}")
 
 
+@pytest.mark.parametrize("causal, window", [(True, (2047, 0)), (True, (2048, 0)), (False, (1000, 1047)),
+                                            (False, (1000, 1048))])
+@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["nocap", "cap30"])
+def test_window_tile_widths(causal, window, softcap):
+    """At D = 64 windows with left + right below 2048 keys run on narrower key tiles than wider ones: both sides of
+    the boundary, causal and not."""
+    check_forward(*qkv(1, 4, 2, 4500, 4500, 64, torch.bfloat16), causal, window, softcap,
+                  f"causal={causal} window={window} softcap={softcap}")
+
+
 @pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["nocap", "cap30"])
 @pytest.mark.parametrize("n", [17, 1000, 4097])
 @pytest.mark.parametrize("causal, window", BANDS, ids=BAND_IDS)

@@ -99,6 +99,34 @@ def test_spectrum(n):
         assert rel_err(torch.view_as_real(k_f), torch.view_as_real(ref_layout)) <= 1e-5
 
 
+def filter_views(k):
+    """k itself and views of the same values in other layouts: columns two apart, and a transposed (Nk, H) tensor."""
+    return {"dense": k, "step 2": torch.stack([k, torch.full_like(k, float("nan"))], -1).flatten(1)[:, ::2],
+            "transposed": k.t().contiguous().t()}
+
+
+@pytest.mark.parametrize("k_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n, nk", [(1, 1), (100, 37), (1000, 1000), (4096, 4093), (4097, 4097), (12289, 9000)])
+def test_spectrum_rows(k_dtype, n, nk):
+    """The taps converted and zero-padded to the transform's rows by the op's own kernel, from any layout and filter
+    dtype, over memory that held NaN: the spectrum is the float64 rfft of the padded rows (per block past 4096)."""
+    _, k, _, _ = problem(1, 5, n, nk, k_dtype=k_dtype)
+    if n <= 4096:
+        blocks, fft = 1, max(256, 1 << (2 * n - 1).bit_length())
+        ref = torch.fft.rfft(k.double(), n=fft)
+    else:
+        blocks, fft = -(-nk // 4096), 8192
+        padded = torch.nn.functional.pad(k.double(), (0, blocks * 4096 - nk)).view(5, blocks, 4096)
+        ref = torch.fft.rfft(padded, n=fft)
+    for name, view in filter_views(k).items():
+        fresh_pool_with_nan(5 * blocks * fft)  # the size of the padded rows, the op's first allocation
+        k_f = tk_ops.fftconv_spectrum(view, n)
+        torch.cuda.synchronize()
+        assert k_f.shape == ref.shape, name
+        err = rel_err(torch.view_as_real(k_f), torch.view_as_real(ref))
+        assert err <= 1e-5, f"{name} k {k_dtype} N={n} Nk={nk}: relative error {err:.3e}"
+
+
 @pytest.mark.parametrize("n", [1, 7, 256, 1000, 4096])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cached_spectrum(n, dtype):
