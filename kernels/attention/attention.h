@@ -59,7 +59,7 @@ struct variant {
     bool softcap = false;     // scores s become softcap * tanh(s / softcap) before the softmax
     bool narrow_tail = false; // forward only: a consumer's last tile runs as the narrowest product (attn_fwd)
     bool varlen = false;      // packed documents (varlen_layout), each its own sequence
-    bool short_window = false; // forward only: a narrow band (fwd_config::kv_window keys per tile)
+    bool short_window = false; // forward only: a short sliding window (fwd_config::kv_window keys per tile)
 };
 
 // Packed documents (attention_varlen): document d holds the query rows q[d] .. q[d + 1] - 1 and the key rows

@@ -45,7 +45,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     static constexpr int BLOCK_Q = Q_ROWS * NUM_CONSUMERS;
     static_assert(BLOCK_Q == fwd_block_q(D), "attention.h's fwd_block_q sizes the packed documents' blocks");
     static constexpr int KV = V.short_window ? CONFIG.kv_window : V.softcap ? CONFIG.kv_softcap : CONFIG.kv;
-    static_assert(!V.short_window || (V.left_edge && CONFIG.kv_window > 0), "attention forward: short windows need a left edge and kv_window");
+    static_assert(!V.short_window || (V.left_edge && CONFIG.kv_window > 0 && fwd_narrow_tails_fit(D)),
+                  "attention forward: short windows need a left edge, kv_window and narrow tails");
     static constexpr int INPUT_STAGES = CONFIG.stages;
     static constexpr int Q_SLOTS = CONFIG.q_slots;
     static_assert(Q_SLOTS == 1 || Q_SLOTS == 2, "attention forward: one or two Q slots per consumer");
@@ -54,8 +55,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     static constexpr int PRODUCER_REGISTERS = CONFIG.producer_registers, CONSUMER_REGISTERS = CONFIG.consumer_registers;
     static_assert(registers_fit(NUM_CONSUMERS, PRODUCER_REGISTERS, CONSUMER_REGISTERS),
                   "attention forward: the register split exceeds the block's pool");
-    // narrow_tail: a consumer's last tile (cut by its diagonal or the sequence end) runs as a 64-, 128- or
-    // KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such tiles are
+    // narrow_tail: a consumer's last tile (cut by its diagonal, a window's right edge or the sequence end) runs as a
+    // 64-, 128- or KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such tiles are
     // many: the narrow bodies make the kernel longer, and that alone costs time on every tile (see
     // attn_fwd_launch.cuh for where it is used).
     static_assert(!V.narrow_tail || fwd_narrow_tails_fit(D), "attention forward: narrow tail tiles need D = 64");
@@ -280,7 +281,8 @@ template <typename T, int D, variant V> struct attn_fwd {
             // Keys of this tile that some row of this consumer sees: a tile cut by the band's right edge or the
             // sequence end runs as the narrowest product that holds them.
             const index_range keys = keys_seen(row0, row1, q_len, kv_len, g.window);
-            narrowest_step<64, 128, KV>(c, keys.last + 1 - key0, key0, row0, zeroed);
+            if constexpr (KV > 128) narrowest_step<64, 128, KV>(c, keys.last + 1 - key0, key0, row0, zeroed);
+            else narrowest_step<64, KV>(c, keys.last + 1 - key0, key0, row0, zeroed);
         } else {
             tile_step<KV>(c, key0, row0, zeroed);
         }

@@ -81,8 +81,11 @@ template <typename T, int D, bool SOFTCAP, bool VARLEN> cudaError_t forward_vari
     }
     if (p.window.left < WINDOW_UNLIMITED) {
         if constexpr (fwd_config_for(D).kv_window > 0) {
+            // A short window: narrower key tiles, and each consumer's tile cut by the band's right edge as the
+            // narrowest product that holds its keys (a large share of a short window's tiles).
             if (p.window.right < WINDOW_UNLIMITED && int64_t(p.window.left) + p.window.right < fwd_config_for(D).short_window_keys)
-                return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .varlen = VARLEN, .short_window = true}>>(p, stream);
+                return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .narrow_tail = true,
+                                                             .varlen = VARLEN, .short_window = true}>>(p, stream);
         }
         return launch_forward<attn_fwd<T, D, variant{.banded = true, .left_edge = true, .softcap = SOFTCAP, .varlen = VARLEN}>>(p, stream);
     }
