@@ -1,6 +1,6 @@
 """FFT convolution calls for compute-sanitizer (memcheck / racecheck / synccheck): the forward at every built FFT size
-and on the block path (N > 4096), with and without gates, and the backward through every input (the filter gradient's
-kernels included).
+and on the block path (N > 4096), with and without gates, the backward through every input (the filter gradient's
+kernels included), and the filter's spectrum from strided and transposed 16-bit filters (the taps' padding kernel).
 
     compute-sanitizer --tool memcheck python tools/check/sanitize_fftconv.py
     compute-sanitizer --tool racecheck python tools/check/sanitize_fftconv.py --small
@@ -39,6 +39,8 @@ def main():
         base = torch.randn(b * h * n + 1, device="cuda", dtype=torch.bfloat16)
         u = base[1:].view(b, h, n)
         tk_ops.fftconv(u, torch.randn(h, nk, device="cuda"))
+        tk_ops.fftconv_spectrum(torch.randn(h, 2 * nk, device="cuda", dtype=torch.bfloat16)[:, ::2], n)
+        tk_ops.fftconv_spectrum(torch.randn(nk, h, device="cuda", dtype=torch.float16).t(), n)
     torch.cuda.synchronize()
     print("fftconv sanitizer cases done")
 
