@@ -56,8 +56,8 @@ template <typename T, int D, variant V> struct attn_fwd {
     static_assert(registers_fit(NUM_CONSUMERS, PRODUCER_REGISTERS, CONSUMER_REGISTERS),
                   "attention forward: the register split exceeds the block's pool");
     // narrow_tail: a consumer's last tile (cut by its diagonal, a window's right edge or the sequence end) runs as a
-    // 64-, 128- or KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such tiles are
-    // many: the narrow bodies make the kernel longer, and that alone costs time on every tile (see
+    // 64-, 128- or KV-key product, whichever is the narrowest that holds the keys it sees. It pays only where such
+    // tiles are many: the narrow bodies make the kernel longer, and that alone costs time on every tile (see
     // attn_fwd_launch.cuh for where it is used).
     static_assert(!V.narrow_tail || fwd_narrow_tails_fit(D), "attention forward: narrow tail tiles need D = 64");
     // Dynamic tasks: LCSF's producer looks each block's next task up, and setup prefetches that task's Q.
