@@ -27,6 +27,7 @@
 
 #include "based.h"
 #include "based_features.cuh"
+#include "based_rows_out.cuh"
 #include "kittens.cuh"
 
 namespace tk_based {
@@ -275,23 +276,8 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
 
         // 4. The output (and den for the backward); rows past the end are clipped by the store and never written.
         const int rows0 = chunk0 + me * HALF; // this consumer's first row in the sequence
-        if (g.den && c.task.vb == 0 && leads_row()) {
-            float *den_out = g.den + (size_t(c.task.b) * g.heads + c.task.h) * g.len;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = rows0 + warp_row0 + lane_row(0, r);
-                if (row < g.len) den_out[row] = den[r];
-            }
-        }
-        if (g.normalize) {
-            float inv[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) inv[r] = 1.f / (den[r] + g.eps);
-            for_each_pair([&](pair_pos p, float2 &v) {
-                v.x *= inv[p.half];
-                v.y *= inv[p.half];
-            }, o);
-        }
+        finish_rows(o, den, c.task.vb == 0 ? g.den : nullptr, (size_t(c.task.b) * g.heads + c.task.h) * g.len,
+                    rows0 + warp_row0, g.len, g.normalize, g.eps);
         if (rows0 < g.len) {
             rt<T, TILE_DIM, DVT> out;
             copy(out, o);

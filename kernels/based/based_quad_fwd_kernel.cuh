@@ -17,6 +17,7 @@
 #pragma once
 
 #include "based.h"
+#include "based_rows_out.cuh"
 #include "kittens.cuh"
 
 namespace tk_based {
@@ -187,23 +188,8 @@ template <typename T, int DV> struct based_quad_fwd {
         float den[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) den[r] = row_lanes_sum(c.state.den[r]);
-        if (g.den && leads_row()) {
-            float *den_out = g.den + (size_t(c.task.b) * g.heads + c.task.h) * g.len;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = rows0 + warpgroup::warp_row0() + lane_row(0, r);
-                if (row < g.len) den_out[row] = den[r];
-            }
-        }
-        if (g.normalize) {
-            float inv[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) inv[r] = 1.f / (den[r] + g.eps);
-            for_each_pair([&](pair_pos p, float2 &v) {
-                v.x *= inv[p.half];
-                v.y *= inv[p.half];
-            }, c.state.o);
-        }
+        finish_rows(c.state.o, den, g.den, (size_t(c.task.b) * g.heads + c.task.h) * g.len, rows0 + warpgroup::warp_row0(),
+                    g.len, g.normalize, g.eps);
         if (rows0 >= g.len) return; // the second consumer of a ragged last block: nothing to store
         rt<T, TILE_DIM, DV> out;
         copy(out, c.state.o);

@@ -15,7 +15,10 @@ from tk_ops import reference
 
 from ... import background
 from ...cpu.toolchain import run_python
+from ...util import requires_families
 from ..util import rel_err
+
+pytestmark = requires_families("gemm", "attention")  # the module's projections are tk_ops GEMMs
 
 TOL = 2e-2  # bf16 projections and attention, against float64
 

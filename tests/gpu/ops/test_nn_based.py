@@ -15,7 +15,7 @@ from ..util import rel_err
 TOL = 2e-2  # bf16 projections and Based attention, against float64
 
 
-pytestmark = requires_families("based")
+pytestmark = requires_families("gemm", "based")  # the module's projections are tk_ops GEMMs
 
 
 class TorchBased(torch.nn.Module):
