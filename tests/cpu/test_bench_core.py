@@ -2,6 +2,7 @@
 itself needs CUDA events and runs only in `python -m tk_ops.bench` on a GPU)."""
 import functools
 import json
+import re
 
 import pytest
 import torch
@@ -60,6 +61,23 @@ def test_wrong_result_is_flagged():
     row = core.run_case(case, reps=3, warmup=1, l2_bytes=1 << 20, timer=fixed_timer(1.0))
     assert row.rel_err > core.ERROR_FLAG
     assert " !" in core.format_table([row])
+
+
+def test_wrong_peer_is_flagged():
+    """A second peer that computes something else is marked in its cell, so that a broken peer build can not pass for
+    a fast one; the first peer, the reference, and a correct second peer are not."""
+    case = matmul_case([core.Impl("ours", lambda a, b: a @ b, ours=True), core.Impl("peer", torch.matmul),
+                        core.Impl("good", lambda a, b: (a.double() @ b.double()).float()),
+                        core.Impl("broken", lambda a, b: a @ b * 2.0)])
+    row = core.run_case(case, reps=3, warmup=1, l2_bytes=1 << 20, timer=fixed_timer(1.0))
+    assert row.results["peer"].rel_err is None
+    assert row.results["good"].rel_err < 1e-5 and row.results["ours"].rel_err == row.rel_err < 1e-5
+    assert row.results["broken"].rel_err == pytest.approx(1.0, rel=1e-4)
+    lines = core.format_table([row]).splitlines()
+    header = re.split(r"\s{2,}", next(line for line in lines if line.startswith("size")).strip())
+    cells = dict(zip(header, re.split(r"\s{2,}", next(line for line in lines if line.startswith("64x32x48")).strip())))
+    assert cells["broken"].endswith(" !")
+    assert not any(cells[name].endswith("!") for name in ("ours", "peer", "good"))
 
 
 def test_backward_timing_computes_input_gradients():

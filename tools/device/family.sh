@@ -4,8 +4,9 @@
 # benches against the peers (PYTHONPATH must reach them where they are not installed: mamba_ssm's Triton sources,
 # the fla-core wheel; see the family's docs); with SANITIZE=1 also compute-sanitizer's memcheck, racecheck and synccheck
 # over tools/check/sanitize_<family>.py, with TRAIN=1 the family's training example (--quick unless TRAIN_ARGS says
-# otherwise).
-# Usage: [SANITIZE=1] [TRAIN=1] bash tools/device/family.sh <mamba2|based|fftconv> [bench arguments, e.g. --quick]
+# otherwise); for fftconv with FLASHFFTCONV=1, FlashFFTConv is built first (tools/device/flashfftconv.sh) and joins the
+# benches.
+# Usage: [SANITIZE=1] [TRAIN=1] [FLASHFFTCONV=1] bash tools/device/family.sh <mamba2|based|fftconv> [bench arguments]
 # (logs under $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +23,7 @@ cp configs.py "$OUT/configs.py.orig" && trap 'cp "$OUT/configs.py.orig" configs.
 list=$(printf '"%s", ' $build)
 sed -i "s/^KERNELS = .*/KERNELS = [${list%, }]/" configs.py  # the build only (restored on exit)
 install_extension || exit 1
+[ "$family" = fftconv ] && [ "${FLASHFFTCONV:-0}" = 1 ] && source tools/device/flashfftconv.sh
 files=$(cd tests/gpu/ops && ls $tests | sed 's|^|tests/gpu/ops/|')
 timeout 300 python3 -m pytest -q -p no:cacheprovider $files 2>&1 | tee "$OUT/tests.log" | tail -25
 [ "${TRAIN:-0}" = 1 ] && timeout 300 python3 "examples/$example" ${TRAIN_ARGS:---quick} 2>&1 | tee "$OUT/train.log" | tail -30

@@ -59,6 +59,7 @@ class Result:
     ms: float | None = None
     tflops: float | None = None
     error: str | None = None
+    rel_err: float | None = None  # against the first peer (None for the first peer itself), to catch a broken peer
 
 
 @dataclass
@@ -207,8 +208,12 @@ def run_case(case: Case, reps: int, warmup: int, l2_bytes: int, progress=None, t
             progress(1)
     prepared = None  # release the set-up state before comparing
     peers = [i.name for i in case.impls if not i.ours and i.name in outputs]
-    if row.ours in outputs and peers:
-        row.rel_err = rel_error(outputs[row.ours], outputs[peers[0]])
+    if peers:
+        for name in outputs.keys() - {peers[0]}:
+            if row.results[name].ms is not None:
+                row.results[name].rel_err = rel_error(outputs[name], outputs[peers[0]])
+        if row.ours in outputs:
+            row.rel_err = rel_error(outputs[row.ours], outputs[peers[0]])
     del inputs, outputs
     torch.cuda.empty_cache()
     return row
@@ -252,7 +257,8 @@ class _progress:
 def _cell(res: Result | None) -> str:
     if res is None or res.error:
         return "error"
-    return f"{res.tflops:.1f} ({res.ms:.3f})"
+    wrong = res.rel_err is not None and res.rel_err > ERROR_FLAG
+    return f"{res.tflops:.1f} ({res.ms:.3f})" + (" !" if wrong else "")
 
 
 def _aligned(table: list[list[str]]) -> list[str]:
@@ -269,7 +275,8 @@ def geomean_ratio(rows: list[Row]) -> float | None:
 
 def format_table(rows: list[Row]) -> str:
     """One section per group: TFLOP/s (ms) per implementation, the ratio of ours to the best peer
-    (above 1: ours is faster) and our relative error against the first peer. The last line is the
+    (above 1: ours is faster) and our relative error against the first peer; any other implementation whose
+    result is that far from the first peer's has " !" after its cell. The last line is the
     geometric-mean ratio per group, so it is what stays on screen."""
     lines, summary = [], []
     for g in dict.fromkeys(r.group for r in rows):

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds FlashFFTConv (HazyResearch/flash-fft-conv, not on PyPI), the fftconv benchmark's second peer, on the GPU
+# machine, and prints the PYTHONPATH under which `from flashfftconv import FlashFFTConv` works.
+# Usage: source tools/device/flashfftconv.sh [SRC]   (SRC: default .peers/flashfftconv_src, holding the repository's
+# csrc/flashfftconv and flashfftconv/ folders, carried in an ignored folder; see docs/fftconv.md, "Measuring")
+# Its setup.py asks for C++17 and compute_80 PTX; the sources build as they are for C++20 and sm_90a, which is what
+# this changes, in a copy under /tmp. Logs under $OUT.
+src=$(realpath "${1:-.peers/flashfftconv_src}")
+build=/tmp/flashfftconv_build
+start=$(date +%s)
+rm -rf "$build" && cp -r "$src/csrc/flashfftconv" "$build"
+sed -i 's/-std=c++17/-std=c++20/; s/--generate-code=arch=compute_80,code=compute_80/-gencode=arch=compute_90a,code=sm_90a/' \
+    "$build/setup.py"
+if (cd "$build" && MAX_JOBS=${MAX_JOBS:-16} python3 setup.py build_ext --inplace > "${OUT:-/tmp}/flashfftconv_build.log" 2>&1); then
+    export PYTHONPATH="$build:$src${PYTHONPATH:+:$PYTHONPATH}"
+    echo "FlashFFTConv built in $(( $(date +%s) - start )) s"
+else
+    echo "FlashFFTConv did not build (${OUT:-/tmp}/flashfftconv_build.log):"; grep -m 10 -i "error" "${OUT:-/tmp}/flashfftconv_build.log"
+fi
