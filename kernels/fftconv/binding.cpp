@@ -145,19 +145,20 @@ tk_fftconv::dtype kernel_type(at::ScalarType t) {
     return tk_fftconv::dtype::fp32;
 }
 
-// The filter's spectrum (empty_spectrum's shape), by cuFFT in fp32 (k is checked): rfft(k, fft), or on the block path
-// the rfft at fft points of each block of BLOCK_LEN taps (the last one zero-padded). It runs on H rows once per call,
-// beside the B H / 2 pair transforms of the forward kernels; the rows are converted and padded by one kernel of ours.
+// The filter's spectrum (empty_spectrum's shape) in fp32 (k is checked): rfft(k, fft), or on the block path the rfft at
+// fft points of each block of BLOCK_LEN taps (the last one zero-padded), by one kernel of ours that reads the taps as
+// they are. It runs on H rows once per call, beside the B H / 2 pair transforms of the forward kernels.
 at::Tensor compute_spectrum(const at::Tensor &k, int64_t n, int fft) {
-    if (k.size(0) == 0) return empty_spectrum(k, k.sym_size(0), k.size(1), n, fft);
+    at::Tensor k_f = empty_spectrum(k, k.sym_size(0), k.size(1), n, fft);
+    if (k.size(0) == 0) return k_f;
     const bool blocks = block_path(n);
     const int64_t heads = k.size(0), taps = k.size(1), count = blocks ? tk_fftconv::blocks_of(taps) : 1;
-    at::Tensor rows = at::detail::empty_cuda({heads, count, fft}, at::kFloat, k.device(), std::nullopt);
-    const tk_fftconv::taps_problem p{k.data_ptr(), k.stride(0), k.stride(1), kernel_type(k.scalar_type()),
-                                     rows.data_ptr<float>(), int(heads), int(taps), int(count),
-                                     blocks ? tk_fftconv::BLOCK_LEN : fft, fft};
-    check_launch(tk_fftconv::pad_taps(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv: padding the filter taps");
-    return at::fft_rfft(blocks ? rows : rows.squeeze(1), fft, -1).contiguous();
+    const tk_fftconv::spectrum_problem p{k.data_ptr(), k.stride(0), k.stride(1), kernel_type(k.scalar_type()),
+                                         reinterpret_cast<float2 *>(k_f.data_ptr()), int(heads), int(taps), int(count),
+                                         blocks ? tk_fftconv::BLOCK_LEN : fft / 2, fft};
+    check_launch(tk_fftconv::filter_spectrum(p, at::cuda::getCurrentCUDAStream()),
+                 "tk_ops.fftconv: computing the filter's spectrum");
+    return k_f;
 }
 
 at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {

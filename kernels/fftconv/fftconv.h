@@ -42,17 +42,17 @@ constexpr int64_t blocks_of(int64_t n) { return (n + BLOCK_LEN - 1) / BLOCK_LEN;
 
 enum class dtype { bf16, fp16, fp32 };
 
-// The rows whose rfft at fft points is the filter's spectrum: out[h, b, m] = k[h, b * span + m] for m < span and
-// b * span + m < taps, else 0, as fp32 (heads, blocks, fft), contiguous and 16-byte aligned; every element written.
-// One block of span = fft on chip, blocks_of(taps) blocks of span = BLOCK_LEN on the block path.
-struct taps_problem {
+// The filter's spectrum: out[h, b] = rfft at fft points of the row of taps k[h, b * span + m], m < span (those below
+// `taps`; the rest zero), in fp32, as complex (heads, blocks, fft / 2 + 1), contiguous. span <= fft / 2: one block of
+// span = fft / 2 on chip, blocks_of(taps) blocks of span = BLOCK_LEN on the block path.
+struct spectrum_problem {
     const void *k;                         // (heads, taps) with these element strides, fp32, bf16 or fp16
     int64_t row_stride, tap_stride;
     dtype type;
-    float *out;
+    float2 *out;
     int heads, taps, blocks, span, fft;
 };
-cudaError_t pad_taps(const taps_problem &p, cudaStream_t stream);
+cudaError_t filter_spectrum(const spectrum_problem &p, cudaStream_t stream);
 
 struct fwd_problem {
     const void *u;                   // (batch, heads, len) contiguous, bf16 or fp16

@@ -37,7 +37,7 @@ REQUIRED_SASS = {
     "kernels/mamba2/mamba2_bwd.cu": ["HGMMA", "UTMALDG", "UTMAREDG"],
     "kernels/fftconv/fftconv_fwd.cu": ["HMMA", "MOVM"],
     "kernels/fftconv/fftconv_dk.cu": ["HMMA", "MOVM", "REDG.E.ADD.F32"],
-    "kernels/fftconv/fftconv_taps.cu": ["STG.E.128"],
+    "kernels/fftconv/fftconv_spectrum.cu": ["STG.E.64", "MUFU.SIN"],
     "kernels/mamba2/mamba2_step.cu": ["LDG.E.128", "STG.E.128"],
 }
 

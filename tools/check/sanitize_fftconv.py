@@ -1,6 +1,6 @@
 """FFT convolution calls for compute-sanitizer (memcheck / racecheck / synccheck): the forward at every built FFT size
 and on the block path (N > 4096), with and without gates, the backward through every input (the filter gradient's
-kernels included), and the filter's spectrum from strided and transposed 16-bit filters (the taps' padding kernel).
+kernels included), and the filter's spectrum from strided and transposed 16-bit filters (the spectrum kernel).
 
     compute-sanitizer --tool memcheck python tools/check/sanitize_fftconv.py
     compute-sanitizer --tool racecheck python tools/check/sanitize_fftconv.py --small

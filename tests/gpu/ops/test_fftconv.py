@@ -108,8 +108,8 @@ def filter_views(k):
 @pytest.mark.parametrize("k_dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n, nk", [(1, 1), (100, 37), (1000, 1000), (4096, 4093), (4097, 4097), (12289, 9000)])
 def test_spectrum_rows(k_dtype, n, nk):
-    """The taps converted and zero-padded to the transform's rows by the op's own kernel, from any layout and filter
-    dtype, over memory that held NaN: the spectrum is the float64 rfft of the padded rows (per block past 4096)."""
+    """The spectrum by the op's own kernel, from taps in any layout and filter dtype, written over memory that held
+    NaN: the float64 rfft of the zero-padded rows (per block of 4096 taps past N = 4096), every bin."""
     _, k, _, _ = problem(1, 5, n, nk, k_dtype=k_dtype)
     if n <= 4096:
         blocks, fft = 1, max(256, 1 << (2 * n - 1).bit_length())
@@ -119,7 +119,7 @@ def test_spectrum_rows(k_dtype, n, nk):
         padded = torch.nn.functional.pad(k.double(), (0, blocks * 4096 - nk)).view(5, blocks, 4096)
         ref = torch.fft.rfft(padded, n=fft)
     for name, view in filter_views(k).items():
-        fresh_pool_with_nan(5 * blocks * fft)  # the size of the padded rows, the op's first allocation
+        fresh_pool_with_nan(2 * 5 * blocks * (fft // 2 + 1))  # the spectrum's bytes, where it is allocated next
         k_f = tk_ops.fftconv_spectrum(view, n)
         torch.cuda.synchronize()
         assert k_f.shape == ref.shape, name
