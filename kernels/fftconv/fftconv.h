@@ -6,6 +6,7 @@
 // exactly tk_ops.reference.fftconv_spectrum(k, N).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -41,6 +42,16 @@ constexpr int64_t correlation_size(int64_t n) {
 constexpr int64_t blocks_of(int64_t n) { return (n + BLOCK_LEN - 1) / BLOCK_LEN; }
 
 enum class dtype { bf16, fp16, fp32 };
+
+// The dynamic shared memory opt-in of a kernel, once per device ordinal (< 64) it runs on (the call costs host time).
+template <auto KERNEL> inline cudaError_t allow_shared(int dev, int bytes) {
+    static std::atomic<uint64_t> configured{0};
+    const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
+    if (bit && (configured.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) configured.fetch_or(bit, std::memory_order_release);
+    return e;
+}
 
 // The filter's spectrum: out[h, b] = rfft at fft points of the row of taps k[h, b * span + m], m < span (those below
 // `taps`; the rest zero), in fp32, as complex (heads, blocks, fft / 2 + 1), contiguous. span <= fft / 2: one block of

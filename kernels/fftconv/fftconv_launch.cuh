@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <initializer_list>
 
@@ -13,16 +12,6 @@
 #include "fftconv_long_kernel.cuh"
 
 namespace tk_fftconv {
-
-// The dynamic shared memory opt-in, once per device ordinal (< 64) the kernel runs on.
-template <auto KERNEL> inline cudaError_t allow_shared(int dev, int bytes) {
-    static std::atomic<uint64_t> configured{0};
-    const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-    if (bit && (configured.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) configured.fetch_or(bit, std::memory_order_release);
-    return e;
-}
 
 // One block per SM (fewer when there are fewer pairs), each block's slots taking equal shares of the head-major pairs.
 template <auto KERNEL, typename K, typename G> cudaError_t launch_pairs(const G &g, int64_t pairs, cudaStream_t stream) {

@@ -173,9 +173,7 @@ template <int M, typename T> cudaError_t launch_size(const spectrum_problem &p, 
     int dev = 0, sms = 0;
     if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
     if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaFuncSetAttribute(spectrum_kernel<M, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, SHARED_BYTES);
-        e != cudaSuccess)
-        return e;
+    if (cudaError_t e = allow_shared<spectrum_kernel<M, T>>(dev, SHARED_BYTES); e != cudaSuccess) return e;
     const int64_t rounds = (int64_t(p.heads) * p.blocks + POINTS / M - 1) / (POINTS / M);
     const int grid = int(rounds < 3 * int64_t(sms) ? rounds : 3 * int64_t(sms)); // 3 blocks of 64 KB per SM
     spectrum_kernel<M, T><<<grid, THREADS, SHARED_BYTES, stream>>>(p);
