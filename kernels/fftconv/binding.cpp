@@ -45,8 +45,9 @@ int length_rule(const char *op, const c10::SymInt &n_sym, const char *what) {
     return tk_fftconv::fft_size(n);
 }
 
-// Whether sequences of length n take the block path, and the spectrum's shape for a filter of `taps` taps there.
-bool block_path(int64_t n) { return n > tk_fftconv::ONCHIP_LEN; }
+// Whether sequences of length n take the block path, or cuFFT past it (fftconv.h).
+bool block_path(int64_t n) { return n > tk_fftconv::ONCHIP_LEN && n <= tk_fftconv::BLOCKS_LEN; }
+bool cufft_path(int64_t n) { return n > tk_fftconv::BLOCKS_LEN; }
 
 // The filter k: (H, Nk) with 1 <= Nk <= n, float32 (bfloat16 and float16 accepted); `heads` is u's H when known.
 void filter_rules(const char *op, const at::Tensor &k, const c10::SymInt *heads, const c10::SymInt &n) {
@@ -149,6 +150,7 @@ tk_fftconv::dtype kernel_type(at::ScalarType t) {
 // fft points of each block of BLOCK_LEN taps (the last one zero-padded), by one kernel of ours that reads the taps as
 // they are. It runs on H rows once per call, beside the B H / 2 pair transforms of the forward kernels.
 at::Tensor compute_spectrum(const at::Tensor &k, int64_t n, int fft) {
+    if (cufft_path(n) && k.size(0) > 0) return at::fft_rfft(k.to(at::kFloat), fft, -1).contiguous();
     at::Tensor k_f = empty_spectrum(k, k.sym_size(0), k.size(1), n, fft);
     if (k.size(0) == 0) return k_f;
     const bool blocks = block_path(n);
@@ -168,12 +170,31 @@ at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
     return compute_spectrum(k, n, fft);
 }
 
+// Past the block path, y = conv(u, k_f) by cuFFT in fp32 through ATen, as the kernels' contract has it (into y).
+void convolve_by_cufft(const at::Tensor &u, const at::Tensor &pregate, const at::Tensor &postgate,
+                       const at::Tensor &k_f, int fft, bool reversed, at::Tensor &y) {
+    at::Tensor v = pregate.defined() ? u.to(at::kFloat).mul_(pregate) : u.to(at::kFloat);
+    if (reversed) v = v.flip(-1);
+    at::Tensor spectrum = at::fft_rfft(v, fft, -1);
+    v.reset();
+    spectrum.mul_(k_f);
+    at::Tensor out = at::fft_irfft(spectrum, fft, -1).narrow(-1, 0, u.size(2));
+    spectrum.reset();
+    if (reversed) out = out.flip(-1);
+    if (postgate.defined()) out = out.mul_(postgate);
+    y.copy_(out);
+}
+
 // y = conv(u, k_f) (gates applied) on the kernels; `reversed` reads and writes every row time-reversed. The arguments
 // passed the rules.
 at::Tensor convolve(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,
                     const at::Tensor &k_f, int fft, bool reversed) {
     at::Tensor y = empty_output(u_in);
     if (y.numel() == 0) return y;
+    if (cufft_path(u_in.size(2))) {
+        convolve_by_cufft(u_in, pregate_in, postgate_in, k_f, fft, reversed, y);
+        return y;
+    }
     const at::Tensor u = dense(u_in), pregate = dense(pregate_in), postgate = dense(postgate_in);
     const auto pointer = [](const at::Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; };
     const int batch = int(u.size(0)), heads = int(u.size(1)), len = int(u.size(2));

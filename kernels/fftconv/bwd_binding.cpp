@@ -12,7 +12,8 @@
 //                                  read and write the rows backwards)
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
-//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (on the CPU: ATen's FFTs, for the tests)
+//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (past the block path and on the CPU, for the
+//                                          tests: ATen's FFTs)
 //
 // The rules are the forward's (binding.h) and those of dy and the mask below; the CUDA, Meta and CPU kernels share
 // them as the forward's do. The CUDA and CPU kernels share the composition too (the CPU one for its tests, below).
@@ -110,9 +111,11 @@ at::Tensor filter_gradient_fft(const at::Tensor &u, const at::Tensor &pregate, c
 }
 
 // The same sum by the filter-gradient kernels (fp32; the arguments passed the rules, u is not empty): one transform
-// per pair of rows up to ONCHIP_LEN, the block path past it.
+// per pair of rows up to ONCHIP_LEN, the block path past it, and past the block path ATen's FFTs (cuFFT), as the
+// forward convolves there.
 at::Tensor filter_gradient_cuda(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,
                                 const at::Tensor &dy_in, int64_t taps, int fft) {
+    if (u_in.size(2) > tk_fftconv::BLOCKS_LEN) return filter_gradient_fft(u_in, pregate_in, postgate_in, dy_in, taps, fft);
     const at::Tensor u = u_in.contiguous(), dy = dy_in.contiguous();
     const at::Tensor pregate = pregate_in.defined() ? pregate_in.contiguous() : pregate_in;
     const at::Tensor postgate = postgate_in.defined() ? postgate_in.contiguous() : postgate_in;

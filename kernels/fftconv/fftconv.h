@@ -14,30 +14,35 @@ namespace tk_fftconv {
 
 // Sequences of up to ONCHIP_LEN samples are convolved by one FFT of size fft_size(N) >= 2N (a power of two from
 // MIN_FFT_SIZE to MAX_FFT_SIZE), whose circular convolution equals the causal linear one on the first N outputs.
-// Longer ones, up to MAX_LEN, are cut into blocks of BLOCK_LEN samples, each transformed at MAX_FFT_SIZE points (the
-// block path, long_forward), and their spectra exchanged per block: (heads, filter blocks, MAX_FFT_SIZE / 2 + 1).
+// Longer ones, up to BLOCKS_LEN, are cut into at most MAX_BLOCKS blocks of BLOCK_LEN samples, each transformed at
+// MAX_FFT_SIZE points (the block path, long_forward), and their spectra exchanged per block: (heads, filter blocks,
+// MAX_FFT_SIZE / 2 + 1). Longer still, up to MAX_LEN, the binding convolves with cuFFT in fp32 at fft_size(N), the
+// smallest power of two >= 2N: the block path's products grow as the square of the blocks (docs/fftconv.md).
 inline constexpr int MIN_FFT_SIZE = 256;
 inline constexpr int MAX_FFT_SIZE = 8192;
 inline constexpr int ONCHIP_LEN = MAX_FFT_SIZE / 2;
 inline constexpr int BLOCK_LEN = ONCHIP_LEN, BLOCK_FFT = MAX_FFT_SIZE;
+inline constexpr int MAX_BLOCKS = 16;
+inline constexpr int64_t BLOCKS_LEN = int64_t(MAX_BLOCKS) * BLOCK_LEN;
 inline constexpr int MAX_LEN = 1 << 20;
 
-// The FFT size for sequences of length n (n >= 1): the smallest built size >= 2n, BLOCK_FFT for the block path, or 0
-// past MAX_LEN.
-constexpr int fft_size(int64_t n) {
-    if (n > MAX_LEN) return 0;
-    if (n > ONCHIP_LEN) return BLOCK_FFT;
-    int l = MIN_FFT_SIZE;
-    while (l < 2 * n) l *= 2;
-    return l;
-}
-constexpr int spectrum_len(int fft) { return fft / 2 + 1; }
 // The smallest power of two >= 2n: an FFT size at which a correlation of two length-n rows has no wrapped terms.
 constexpr int64_t correlation_size(int64_t n) {
     int64_t l = 1;
     while (l < 2 * n) l *= 2;
     return l;
 }
+// The FFT size for sequences of length n (n >= 1): the smallest built size >= 2n, BLOCK_FFT for the block path,
+// correlation_size(n) past it, or 0 past MAX_LEN.
+constexpr int fft_size(int64_t n) {
+    if (n > MAX_LEN) return 0;
+    if (n > BLOCKS_LEN) return int(correlation_size(n));
+    if (n > ONCHIP_LEN) return BLOCK_FFT;
+    int l = MIN_FFT_SIZE;
+    while (l < 2 * n) l *= 2;
+    return l;
+}
+constexpr int spectrum_len(int fft) { return fft / 2 + 1; }
 // Blocks of BLOCK_LEN samples in n (the block path).
 constexpr int64_t blocks_of(int64_t n) { return (n + BLOCK_LEN - 1) / BLOCK_LEN; }
 
@@ -90,7 +95,7 @@ struct long_problem {
     const float2 *k_f;                  // (heads, kblocks, BLOCK_FFT / 2 + 1): rfft of each filter block at BLOCK_FFT
     void *y;                            // (batch, heads, len) contiguous, u's type
     void *workspace;                    // long_workspace_bytes
-    int batch, heads, len, kblocks;     // ONCHIP_LEN < len <= MAX_LEN, 1 <= kblocks <= blocks_of(len)
+    int batch, heads, len, kblocks;     // ONCHIP_LEN < len <= BLOCKS_LEN, 1 <= kblocks <= blocks_of(len)
     dtype type;                         // bf16 or fp16
     bool reversed;                      // as fwd_problem's
 };
@@ -105,7 +110,7 @@ struct long_dk_problem {
     const void *u, *pregate, *dy, *postgate; // (batch, heads, len) contiguous, one 16-bit type; gates may be null
     float *dk;                               // (heads, taps) contiguous; every element written
     void *workspace;                         // long_dk_workspace_bytes
-    int batch, heads, len, taps;             // ONCHIP_LEN < len <= MAX_LEN, 1 <= taps <= len
+    int batch, heads, len, taps;             // ONCHIP_LEN < len <= BLOCKS_LEN, 1 <= taps <= len
     dtype type;                              // bf16 or fp16
 };
 inline size_t long_dk_workspace_bytes(int batch, int heads, int len, int taps) {

@@ -12,7 +12,7 @@ cudaError_t filter_gradient(const dk_problem &p, cudaStream_t stream) {
 
 cudaError_t long_filter_gradient(const long_dk_problem &p, cudaStream_t stream) {
     if (p.batch <= 0 || p.heads <= 0 || p.taps <= 0) return cudaSuccess;
-    if (p.len <= ONCHIP_LEN || p.len > MAX_LEN || p.taps > p.len) return cudaErrorInvalidValue;
+    if (p.len <= ONCHIP_LEN || p.len > BLOCKS_LEN || p.taps > p.len) return cudaErrorInvalidValue;
     if (p.type == dtype::bf16) return launch_long_dk<kittens::bf16>(p, stream);
     if (p.type == dtype::fp16) return launch_long_dk<kittens::half>(p, stream);
     return cudaErrorInvalidValue;

@@ -14,7 +14,7 @@ cudaError_t forward(const fwd_problem &p, cudaStream_t stream) {
 
 cudaError_t long_forward(const long_problem &p, cudaStream_t stream) {
     if (p.batch <= 0 || p.heads <= 0) return cudaSuccess;
-    if (p.len <= ONCHIP_LEN || p.len > MAX_LEN || p.kblocks < 1 || p.kblocks > blocks_of(p.len)) return cudaErrorInvalidValue;
+    if (p.len <= ONCHIP_LEN || p.len > BLOCKS_LEN || p.kblocks < 1 || p.kblocks > blocks_of(p.len)) return cudaErrorInvalidValue;
     if (p.type == dtype::bf16) return p.reversed ? launch_long<kittens::bf16, true>(p, stream) : launch_long<kittens::bf16, false>(p, stream);
     if (p.type == dtype::fp16) return p.reversed ? launch_long<kittens::half, true>(p, stream) : launch_long<kittens::half, false>(p, stream);
     return cudaErrorInvalidValue;

@@ -53,14 +53,13 @@ template <typename T, int L> cudaError_t launch_filter_gradient(const dk_problem
     return launch_pairs<fftconv_dk_kernel<K>, K>(g, int64_t((p.batch + 1) / 2) * p.heads, stream);
 }
 
-// Calls f.template operator()<HELD>() with the fewest blocks held in registers that covers `blocks` (2, 4, 8 or 16:
-// fewer registers, more threads in flight), or 0 (read from memory) past MAX_HELD.
+// Calls f.template operator()<HELD>() with the fewest blocks held in registers that covers `blocks` (2, 4, 8 or
+// MAX_BLOCKS, which the block path never exceeds: fewer registers, more threads in flight).
 template <typename F> void with_held(int blocks, F &&f) {
     if (blocks <= 2) f.template operator()<2>();
     else if (blocks <= 4) f.template operator()<4>();
     else if (blocks <= 8) f.template operator()<8>();
-    else if (blocks <= MAX_HELD) f.template operator()<MAX_HELD>();
-    else f.template operator()<0>();
+    else f.template operator()<MAX_BLOCKS>();
 }
 
 template <typename T, bool REVERSED> cudaError_t launch_long(const long_problem &p, cudaStream_t stream) {

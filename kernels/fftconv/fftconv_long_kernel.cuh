@@ -193,9 +193,8 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
 // 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (i descending, so
 // every X read is still the input). One thread per (head, fragment slot e), looping over the head's pairs: the filter
 // blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
-// the pairs' spectra with consecutive threads on consecutive slots. Up to HELD blocks are held in registers (the
-// launch picks the smallest HELD that covers the blocks, up to MAX_HELD); HELD = 0 reads X from memory.
-inline constexpr int MAX_HELD = 16;
+// the pairs' spectra with consecutive threads on consecutive slots. HELD >= blocks are held in registers (the launch
+// picks the smallest of 2, 4, 8 and MAX_BLOCKS that covers them).
 template <typename T, int HELD> __global__ __launch_bounds__(256) void block_products(uint32_t *spectra, const float2 *k_f,
                                                                                      int heads, int pairs_per_head,
                                                                                      int blocks, int kblocks) {
@@ -212,33 +211,23 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_pro
         const float2 c = kh[size_t(jb) * (L / 2 + 1) + (fq <= L / 2 ? fq : L - fq)];
         return fq <= L / 2 ? c : make_float2(c.x, -c.y);
     };
-    float2 ks[HELD > 0 ? HELD : 1];
-    if constexpr (HELD > 0) {
+    float2 ks[HELD];
 #pragma unroll
-        for (int i = 0; i < HELD; i++) ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
-    }
-    constexpr int PAIRS_IN_FLIGHT = HELD > 0 && HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
+    for (int i = 0; i < HELD; i++) ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
+    constexpr int PAIRS_IN_FLIGHT = HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
 #pragma unroll PAIRS_IN_FLIGHT
     for (int p = 0; p < pairs_per_head; p++) {
         uint32_t *x = spectra + (size_t(head) * pairs_per_head + p) * blocks * L + e;
-        if constexpr (HELD > 0) {
-            float2 xs[HELD];
+        float2 xs[HELD];
 #pragma unroll
-            for (int i = 0; i < HELD; i++) xs[i] = i < blocks ? S::unpack(x[size_t(i) * L]) : make_float2(0.f, 0.f);
+        for (int i = 0; i < HELD; i++) xs[i] = i < blocks ? S::unpack(x[size_t(i) * L]) : make_float2(0.f, 0.f);
 #pragma unroll
-            for (int i = 0; i < HELD; i++) {
-                if (i >= blocks) break;
-                float2 acc = make_float2(0.f, 0.f);
+        for (int i = 0; i < HELD; i++) {
+            if (i >= blocks) break;
+            float2 acc = make_float2(0.f, 0.f);
 #pragma unroll
-                for (int jb = 0; jb <= i; jb++) acc = cadd(acc, cmul(xs[i - jb], ks[jb]));
-                x[size_t(i) * L] = S::pack(acc);
-            }
-        } else {
-            for (int i = blocks - 1; i >= 0; i--) {
-                float2 acc = make_float2(0.f, 0.f);
-                for (int jb = 0; jb <= i && jb < kblocks; jb++) acc = cadd(acc, cmul(S::unpack(x[size_t(i - jb) * L]), filter(jb)));
-                x[size_t(i) * L] = S::pack(acc);
-            }
+            for (int jb = 0; jb <= i; jb++) acc = cadd(acc, cmul(xs[i - jb], ks[jb]));
+            x[size_t(i) * L] = S::pack(acc);
         }
     }
 }
@@ -257,39 +246,27 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_cor
     const int head = int(index / L), e = int(index % L);
     const int slot = S::fragment_slot(e / 128, e / 4 % 32, e % 4); // where fftconv_blocks_dk reads value e
     float2 *out = correlations + size_t(head) * (kblocks + 1) * L + slot;
-    if constexpr (HELD > 0) {
-        float2 acc[HELD + 1];
+    float2 acc[HELD + 1];
 #pragma unroll
-        for (int d = 0; d <= HELD; d++) acc[d] = make_float2(0.f, 0.f);
-        constexpr int PAIRS_IN_FLIGHT = HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
+    for (int d = 0; d <= HELD; d++) acc[d] = make_float2(0.f, 0.f);
+    constexpr int PAIRS_IN_FLIGHT = HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
 #pragma unroll PAIRS_IN_FLIGHT
-        for (int p = 0; p < pairs_per_head; p++) {
-            const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;
-            float2 x[HELD], gv[HELD];
+    for (int p = 0; p < pairs_per_head; p++) {
+        const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;
+        float2 x[HELD], gv[HELD];
 #pragma unroll
-            for (int i = 0; i < HELD; i++) {
-                x[i] = i < blocks ? S::unpack(xs[base + size_t(i) * L]) : make_float2(0.f, 0.f);
-                gv[i] = i < blocks ? S::unpack(gs[base + size_t(i) * L]) : make_float2(0.f, 0.f);
-            }
-#pragma unroll
-            for (int d = 0; d <= HELD; d++)
-#pragma unroll
-                for (int i = 0; i + d < HELD; i++) acc[d] = cadd(acc[d], cmul_conj(gv[i + d], x[i])); // G conj(X)
+        for (int i = 0; i < HELD; i++) {
+            x[i] = i < blocks ? S::unpack(xs[base + size_t(i) * L]) : make_float2(0.f, 0.f);
+            gv[i] = i < blocks ? S::unpack(gs[base + size_t(i) * L]) : make_float2(0.f, 0.f);
         }
 #pragma unroll
         for (int d = 0; d <= HELD; d++)
-            if (d <= kblocks) out[size_t(d) * L] = acc[d];
-    } else {
-        for (int d = 0; d <= kblocks; d++) {
-            float2 acc = make_float2(0.f, 0.f);
-            for (int p = 0; p < pairs_per_head; p++) {
-                const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;
-                for (int i = 0; i + d < blocks; i++)
-                    acc = cadd(acc, cmul_conj(S::unpack(gs[base + size_t(i + d) * L]), S::unpack(xs[base + size_t(i) * L])));
-            }
-            out[size_t(d) * L] = acc;
-        }
+#pragma unroll
+            for (int i = 0; i + d < HELD; i++) acc[d] = cadd(acc[d], cmul_conj(gv[i + d], x[i])); // G conj(X)
     }
+#pragma unroll
+    for (int d = 0; d <= HELD; d++)
+        if (d <= kblocks) out[size_t(d) * L] = acc[d];
 }
 
 } // namespace tk_fftconv

@@ -9,13 +9,16 @@ may be None. Returns y (B, H, N) in u's dtype::
 
 which without gates is irfft(rfft(u, 2N) * rfft(k, 2N))[..., :N]. ``tk_ops.reference.fftconv`` is the float64
 reference; docs/fftconv.md describes the kernels. N may be 1 .. 2^20: up to 4096 each sequence is one FFT of size L
-(the smallest of 256, 512, ..., 8192 that is at least 2N); longer ones are cut into blocks of 4096 samples, each
-transformed at 8192 points, and combined in frequency (the block path).
+(the smallest of 256, 512, ..., 8192 that is at least 2N); up to 65536 they are cut into blocks of 4096 samples, each
+transformed at 8192 points, and combined in frequency (the block path); past that the block path's products (which
+grow as the square of the blocks) would cost more than cuFFT, so the op convolves with cuFFT in float32 at L = the
+smallest power of two >= 2N, as the torch.fft formulation does.
 
-``fftconv_spectrum(k, N)`` is the filter's spectrum as the kernels read it: up to N = 4096, rfft(k, L), complex64
-(H, L / 2 + 1), which for L = 2N (N a power of two from 128) equals ``tk_ops.reference.fftconv_spectrum(k, N)``;
-past it, rfft of each block of 4096 taps at 8192 points, (H, ceil(Nk / 4096), 4097). Passing it as ``k_f=`` (with
-k None) skips the spectrum computation, for inference with a fixed filter.
+``fftconv_spectrum(k, N)`` is the filter's spectrum as the op reads it: rfft(k, L), complex64 (H, L / 2 + 1), for
+N <= 4096 and N > 65536, which for L = 2N (N a power of two from 128) equals
+``tk_ops.reference.fftconv_spectrum(k, N)``; on the block path, rfft of each block of 4096 taps at 8192 points,
+(H, ceil(Nk / 4096), 4097). Passing it as ``k_f=`` (with k None) skips the spectrum computation, for inference with
+a fixed filter.
 
 The ops are ``torch.ops.tk_ops.fftconv_fwd(u, k, pregate, postgate, k_f)`` and
 ``torch.ops.tk_ops.fftconv_spectrum(k, n)`` (kernels/fftconv/binding.cpp, which holds every argument rule), and the

@@ -22,14 +22,15 @@ def test_registered_as_a_family():
 def test_sizes_and_flops():
     cases = fftconv.cases()
     assert [c.name for c in cases] == ["N=256 B=16", "N=1024 B=16", "N=4096 B=16", "N=16384 B=16", "N=65536 B=4",
-                                       "N=4096 B=16"]
-    assert [c.shape for c in cases[:5]] == [(16, 1024, 256), (16, 1024, 1024), (16, 1024, 4096), (16, 1024, 16384),
-                                            (4, 1024, 65536)]
-    assert {c.group for c in cases[:5]} == {"bf16"} and "pregate + postgate" in cases[5].group
+                                       "N=262144 B=1", "N=1048576 B=1 H=256", "N=4096 B=16"]
+    assert [c.shape for c in cases[:7]] == [(16, 1024, 256), (16, 1024, 1024), (16, 1024, 4096), (16, 1024, 16384),
+                                            (4, 1024, 65536), (1, 1024, 262144), (1, 256, 1048576)]
+    assert {c.group for c in cases[:7]} == {"bf16"} and "pregate + postgate" in cases[7].group
     # 2 * 10 * N log2(N) * d_model * B, the paper's convention (ANCHORS.md, docs/fftconv.md).
     assert cases[2].flops == 2 * 10 * 4096 * 12 * 1024 * 16
     assert cases[4].flops == 2 * 10 * 65536 * 16 * 1024 * 4
-    assert cases[5].flops == cases[2].flops
+    assert cases[6].flops == 2 * 10 * 2 ** 20 * 20 * 256
+    assert cases[7].flops == cases[2].flops
     for c in cases:
         b, h, n = c.shape
         assert c.flops == pytest.approx(20 * n * math.log2(n) * h * b)

@@ -109,10 +109,12 @@ def test_inputs_that_require_grad_meet_the_same_rules(no_grad, built):
 
 # ---------------------------------------------------------------- Meta kernels
 
-# (N, the spectrum's shape for Nk = N // 2 taps): rfft(k, L) up to N = 4096, per filter block of 4096 taps past it.
+# (N, the spectrum's shape for Nk = N // 2 taps): rfft(k, L) up to N = 4096, per filter block of 4096 taps up to
+# 65536 (the block path), rfft(k, L) again past it, L the smallest power of two >= 2N (cuFFT).
 @pytest.mark.parametrize("n, spectrum", [(1, (6, 129)), (128, (6, 129)), (129, (6, 257)), (1000, (6, 1025)),
                                          (4096, (6, 4097)), (4097, (6, 1, 4097)), (10000, (6, 2, 4097)),
-                                         (20000, (6, 3, 4097))])
+                                         (20000, (6, 3, 4097)), (65536, (6, 8, 4097)), (65537, (6, 131073)),
+                                         (1 << 20, (6, (1 << 20) + 1))])
 def test_meta_shapes(n, spectrum, built):
     u, k = conv_args(3, 6, n, max(1, n // 2), dtype=torch.float16, device="meta")
     y = torch.ops.tk_ops.fftconv_fwd(u, k, None, t(3, 6, n, dtype=torch.float16, device="meta"), None)

@@ -1,7 +1,8 @@
 """FFT convolution benchmark: tk_ops.fftconv against the torch.fft formulation users write (cuFFT), in the same run,
 and FlashFFTConv (HazyResearch/flash-fft-conv, not on PyPI) when `from flashfftconv import FlashFFTConv` works. u is
 (B, H, N) bf16, k is (H, N) fp32 (randn / sqrt(N), so that y stays of unit scale), H = 1024 channels, B = 16, N from
-256 to 65536 (B = 4 at 65536, as in the peers' published numbers); one extra row at N = 4096 with both gates,
+256 to 65536 (B = 4 at 65536, as in the peers' published numbers), then one sequence at 2^18 (H = 1024) and 2^20
+(H = 256), past the block path; one extra row at N = 4096 with both gates,
 y = postgate * conv(u * pregate, k).
 
 The torch.fft formulation: y = irfft(rfft(u, 2N) * rfft(k, 2N), 2N)[..., :N], gates included, computed in float32
@@ -31,6 +32,8 @@ TITLE = "FFT convolution (H = 1024, bf16 u, fp32 k)"
 HEADS = 1024
 # (N, B): the batch shrinks at 65536 to keep the peers' intermediates (float32, 2N points) within memory.
 SIZES = ((256, 16), (1024, 16), (4096, 16), (16384, 16), (65536, 4))
+# (N, B, H) past the block path, where tk_ops convolves with cuFFT as well: one sequence, fewer channels at 2^20.
+LONG_SIZES = ((262144, 1, 1024), (1048576, 1, 256))
 QUICK_SIZES = ((1024, 16), (4096, 16))
 GATED_SIZE = (4096, 16)
 BACKWARD_FLOPS = 3.0  # forward + backward, over the forward
@@ -115,13 +118,15 @@ def fftconv_case(n: int, batch: int, gated: bool = False, backward: bool = False
         named.append(("FlashFFTConv", _flash(flash, 2 * n, DTYPE), False))
     group = "bf16" + (", pregate + postgate" if gated else "") + (" fwd+bwd" if backward else "")
     forward_flops = flops(n, batch, heads)
+    name = f"N={n} B={batch}" + ("" if heads == HEADS else f" H={heads}")
     if backward:
         impls = [Impl(name, _training_step(fn), ours=ours) for name, fn, ours in named]
-        return Case(group, f"N={n} B={batch}", (batch, heads, n), BACKWARD_FLOPS * forward_flops, make, impls)
-    return Case(group, f"N={n} B={batch}", (batch, heads, n), forward_flops, make,
+        return Case(group, name, (batch, heads, n), BACKWARD_FLOPS * forward_flops, make, impls)
+    return Case(group, name, (batch, heads, n), forward_flops, make,
                 [Impl(name, fn, ours=ours) for name, fn, ours in named])
 
 
 def cases(quick: bool = False, backward: bool = False) -> list[Case]:
     plain = [fftconv_case(n, b, backward=backward) for n, b in (QUICK_SIZES if quick else SIZES)]
-    return plain + [fftconv_case(*GATED_SIZE, gated=True, backward=backward)]
+    long = [] if quick else [fftconv_case(n, b, backward=backward, heads=h) for n, b, h in LONG_SIZES]
+    return plain + long + [fftconv_case(*GATED_SIZE, gated=True, backward=backward)]

@@ -106,12 +106,13 @@ def filter_views(k):
 
 
 @pytest.mark.parametrize("k_dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("n, nk", [(1, 1), (100, 37), (1000, 1000), (4096, 4093), (4097, 4097), (12289, 9000)])
+@pytest.mark.parametrize("n, nk", [(1, 1), (100, 37), (1000, 1000), (4096, 4093), (4097, 4097), (12289, 9000),
+                                   (65536, 65536), (70000, 65537)])
 def test_spectrum_rows(k_dtype, n, nk):
     """The spectrum by the op's own kernel, from taps in any layout and filter dtype, written over memory that held
     NaN: the float64 rfft of the zero-padded rows (per block of 4096 taps past N = 4096), every bin."""
     _, k, _, _ = problem(1, 5, n, nk, k_dtype=k_dtype)
-    if n <= 4096:
+    if n <= 4096 or n > 65536:  # one rfft(k, L), L >= 2N (cuFFT's own past the block path)
         blocks, fft = 1, max(256, 1 << (2 * n - 1).bit_length())
         ref = torch.fft.rfft(k.double(), n=fft)
     else:
@@ -162,9 +163,9 @@ def test_long_gating(n, gates):
     check(u, k, pre if gates != "post" else None, post if gates != "pre" else None, what=f"{gates} N={n}")
 
 
-@pytest.mark.parametrize("n", [2 ** 17, 2 ** 20])
+@pytest.mark.parametrize("n", [65537, 2 ** 17, 2 ** 20])
 def test_very_long(n):
-    """Past 16 blocks the products read the blocks' spectra from memory instead of registers."""
+    """Past the block path (N > 65536) the op convolves with cuFFT in fp32."""
     u, k, pre, post = problem(1, 2, n, n)
     check(u, k, pre, post, what=f"N={n}")
 

@@ -99,10 +99,10 @@ def test_lengths_between_fft_sizes(n):
     compare(tk_grads(x, LEAVES), ref_grads(x, LEAVES), x, f"N={n}")
 
 
-@pytest.mark.parametrize("n", [4097, 10000, 2 ** 16])
+@pytest.mark.parametrize("n", [4097, 10000, 2 ** 16, 2 ** 16 + 1, 100000])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_sequences(n, dtype):
-    """The block path (N > 4096): the forward twice and the filter gradient."""
+    """The block path (4096 < N <= 65536) and cuFFT past it: the forward twice and the filter gradient."""
     x = problem(3, 2, n, n // 2 + 1, ("pregate", "postgate"), dtype)
     compare(tk_grads(x, LEAVES), ref_grads(x, LEAVES), x, f"N={n}")
 
@@ -186,9 +186,9 @@ def test_compiles_fullgraph_forward_and_backward():
         assert e <= COMPILE_TOL, f"d{name}: compiled differs from eager by {e:.2e}"
 
 
-def test_cuda_graph_capture_of_forward_and_backward():
+@pytest.mark.parametrize("shape", [(3, 4, 1000, 600), (1, 2, 70000, 70000)], ids=["kernels", "cufft"])
+def test_cuda_graph_capture_of_forward_and_backward(shape):
     """Forward and backward captured once, replayed on new inputs written into the captured ones."""
-    shape = (3, 4, 1000, 600)
     x = problem(*shape, ("pregate", "postgate"), torch.float16)
     leaves = {name: x[name].detach().clone().requires_grad_() for name in LEAVES}
     dy = x["dy"].clone()
