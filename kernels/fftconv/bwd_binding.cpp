@@ -12,8 +12,9 @@
 //                                  read and write the rows backwards)
 //   du     = dv * pregate,  dpregate = dv * u
 //   dpostgate = dy * causal_conv(v, k)   the forward kernel with dy as its postgate
-//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (past the block path and on the CPU, for the
-//                                          tests: ATen's FFTs)
+//   dk[m]  = sum_b sum_n g[n] v[n - m]   the filter-gradient kernels (on the CPU: ATen's FFTs, for the tests)
+//
+// Past the block path (N > 65536) all of them come from cuFFT, as the forward does there (bwd_by_cufft).
 //
 // The rules are the forward's (binding.h) and those of dy and the mask below; the CUDA, Meta and CPU kernels share
 // them as the forward's do. The CUDA and CPU kernels share the composition too (the CPU one for its tests, below).
@@ -111,11 +112,9 @@ at::Tensor filter_gradient_fft(const at::Tensor &u, const at::Tensor &pregate, c
 }
 
 // The same sum by the filter-gradient kernels (fp32; the arguments passed the rules, u is not empty): one transform
-// per pair of rows up to ONCHIP_LEN, the block path past it, and past the block path ATen's FFTs (cuFFT), as the
-// forward convolves there.
+// per pair of rows up to ONCHIP_LEN, the block path past it (bwd_by_cufft takes longer rows).
 at::Tensor filter_gradient_cuda(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,
                                 const at::Tensor &dy_in, int64_t taps, int fft) {
-    if (u_in.size(2) > tk_fftconv::BLOCKS_LEN) return filter_gradient_fft(u_in, pregate_in, postgate_in, dy_in, taps, fft);
     const at::Tensor u = u_in.contiguous(), dy = dy_in.contiguous();
     const at::Tensor pregate = pregate_in.defined() ? pregate_in.contiguous() : pregate_in;
     const at::Tensor postgate = postgate_in.defined() ? postgate_in.contiguous() : postgate_in;
@@ -179,6 +178,40 @@ grads_tuple compose(const at::Tensor &u, const at::Tensor &k, const at::Tensor &
     return out.tuple();
 }
 
+// Past the block path the forward convolves with cuFFT (binding.cpp), and so do the gradients, g's spectrum computed
+// once for both dv and dk: dv = irfft(G conj K)[:N] (a correlation; at L >= 2N nothing wraps, so no reversal is
+// needed), dpostgate = dy * irfft(V K)[:N], dk = irfft(sum_b G conj V)[:taps]. The arguments passed the rules.
+grads_tuple bwd_by_cufft(const at::Tensor &u, const at::Tensor &k, const at::Tensor &pregate, const at::Tensor &postgate,
+                         const at::Tensor &k_f, const at::Tensor &dy, const output_mask &mask, int fft) {
+    gradients out(u, k, mask);
+    if (u.numel() == 0) {
+        if (mask[K]) out.dk.zero_();
+        return out.tuple();
+    }
+    const int64_t n = u.size(2);
+    const bool convolve = mask[U] || mask[PRE] || mask[POST];
+    const at::Tensor spectrum = k_f.defined() || !convolve ? k_f : spectrum_cuda(k, n);
+    const auto as_float = [](const at::Tensor &x, const at::Tensor &gate) {
+        return gate.defined() ? x.to(at::kFloat).mul_(gate) : x.to(at::kFloat);
+    };
+    // conj_physical rather than lazy conj() views, as in filter_gradient_fft.
+    const at::Tensor G = at::fft_rfft(as_float(dy, postgate), fft, -1);
+    if (mask[U] || mask[PRE]) {
+        const at::Tensor dv = at::fft_irfft(G * at::conj_physical(spectrum), fft, -1).narrow(-1, 0, n);
+        if (mask[U]) {
+            if (pregate.defined()) at::mul_out(out.du, dv, pregate);
+            else out.du.copy_(dv);
+        }
+        if (mask[PRE]) at::mul_out(out.dpregate, dv, u);
+    }
+    if (mask[POST] || mask[K]) {
+        const at::Tensor V = at::fft_rfft(as_float(u, pregate), fft, -1);
+        if (mask[POST]) at::mul_out(out.dpostgate, at::fft_irfft(V * spectrum, fft, -1).narrow(-1, 0, n), dy);
+        if (mask[K]) out.dk.copy_(at::fft_irfft((G * at::conj_physical(V)).sum(0), fft, -1).narrow(-1, 0, k.size(1)));
+    }
+    return out.tuple();
+}
+
 // ---------------------------------------------------------------- CUDA: binding.cpp's kernels called directly
 
 grads_tuple bwd_cuda(const at::Tensor &u, const opt_tensor &k_opt, const opt_tensor &pregate_opt,
@@ -190,6 +223,7 @@ grads_tuple bwd_cuda(const at::Tensor &u, const opt_tensor &k_opt, const opt_ten
     check_devices(FFTCONV, {{"u", u}, {"k", k}, {"k_f", k_f}, {"pregate", pregate}, {"postgate", postgate},
                             {"the output's gradient", dy}});
     const c10::cuda::CUDAGuard guard(u.device());
+    if (u.size(2) > tk_fftconv::BLOCKS_LEN) return bwd_by_cufft(u, k, pregate, postgate, k_f, dy, mask, fft);
     return compose(u, k, pregate, postgate, k_f, dy, mask, fft, forward_ops{&fwd_cuda, &spectrum_cuda, &filter_gradient_cuda, &reversed_conv_cuda});
 }
 
