@@ -148,7 +148,8 @@ tk_fftconv::dtype kernel_type(at::ScalarType t) {
 
 // The filter's spectrum (empty_spectrum's shape) in fp32 (k is checked): rfft(k, fft), or on the block path the rfft at
 // fft points of each block of BLOCK_LEN taps (the last one zero-padded), by one kernel of ours that reads the taps as
-// they are. It runs on H rows once per call, beside the B H / 2 pair transforms of the forward kernels.
+// they are; past the block path by cuFFT, whose fft sizes it does not cover. It runs on H rows once per call, beside
+// the B H / 2 pair transforms of the forward kernels.
 at::Tensor compute_spectrum(const at::Tensor &k, int64_t n, int fft) {
     if (cufft_path(n) && k.size(0) > 0) return at::fft_rfft(k.to(at::kFloat), fft, -1).contiguous();
     at::Tensor k_f = empty_spectrum(k, k.sym_size(0), k.size(1), n, fft);
@@ -170,7 +171,8 @@ at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
     return compute_spectrum(k, n, fft);
 }
 
-// Past the block path, y = conv(u, k_f) by cuFFT in fp32 through ATen, as the kernels' contract has it (into y).
+// Past the block path, y = conv(u, k_f) by cuFFT in fp32 through ATen, with the kernels' contract (into y; `reversed`
+// as convolve's, which the backward no longer needs there: bwd_by_cufft correlates in frequency).
 void convolve_by_cufft(const at::Tensor &u, const at::Tensor &pregate, const at::Tensor &postgate,
                        const at::Tensor &k_f, int fft, bool reversed, at::Tensor &y) {
     at::Tensor v = pregate.defined() ? u.to(at::kFloat).mul_(pregate) : u.to(at::kFloat);

@@ -6,7 +6,8 @@
 // kernels:
 //   1. forward transforms: every (pair, block) item through the engine's forward steps (fft_steps.cuh), the level-16
 //      outputs stored as they come out of the tensor cores (fragment order, 16-bit complex) in a workspace;
-//   2. block_products: for each pair and frequency, the products summed over filter blocks, in place (descending i);
+//   2. block_products: for each pair and frequency, the products summed over filter blocks, in place (held in
+//      registers: at most MAX_BLOCKS blocks, fftconv.h);
 //   3. inverse transforms: each pair's blocks in order through the inverse steps with both halves of the output kept:
 //      the first half plus the previous block's second half (kept in shared memory by the thread that made it) is
 //      the output block, the second half waits for the next.
@@ -190,8 +191,8 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
     K::run_dk_inverse(g);
 }
 
-// 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (i descending, so
-// every X read is still the input). One thread per (head, fragment slot e), looping over the head's pairs: the filter
+// 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (every block's X is read
+// into registers before any Y is written). One thread per (head, fragment slot e), looping over the head's pairs: the filter
 // blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
 // the pairs' spectra with consecutive threads on consecutive slots. HELD >= blocks are held in registers (the launch
 // picks the smallest of 2, 4, 8 and MAX_BLOCKS that covers them).

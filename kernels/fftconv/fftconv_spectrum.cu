@@ -4,8 +4,8 @@
 //
 // A real row x of fft points is the complex sequence z[n] = x[2n] + i x[2n + 1] of M = fft / 2 points; with Z its
 // M-point DFT, X[f] = (Z[f] + conj Z[M - f]) / 2 - i e^(-2 pi i f / fft) (Z[f] - conj Z[M - f]) / 2, f = 0 .. M
-// (Z[M] = Z[0]). Z comes from radix-R Stockham passes (M = R0 16^a: one pass of radix R0 in 1, 2, 4, 8, then radix
-// 16), which leave it in natural order, ping-ponging between two shared buffers; the first pass reads the taps from
+// (Z[M] = Z[0]). Z comes from radix-R Stockham passes (M = R0 16^b: one pass of radix R0 in 2, 4, 8 or 16, then
+// radix 16), which leave it in natural order, ping-ponging between two shared buffers; the first pass reads the taps from
 // global memory, and only its first R / 2 inputs exist (the taps fill at most half of the fft points).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -142,14 +142,15 @@ template <int M, int NS, typename T> __device__ __forceinline__ void finish(floa
             const float2 zf = from[slot(r * M + f % M)], zc = from[slot(r * M + (M - f) % M)];
             const float2 even = make_float2(0.5f * (zf.x + zc.x), 0.5f * (zf.y - zc.y));
             const float2 odd = make_float2(0.5f * (zf.x - zc.x), 0.5f * (zf.y + zc.y));
-            const float2 t = cmul(root_of(f, 2 * M), odd); // X = even - i t, with e^(-2 pi i f / fft)
+            const float2 root = f < M ? root_of(f, 2 * M) : make_float2(-1.f, 0.f); // e^(-2 pi i f / fft), exact at M
+            const float2 t = cmul(root, odd);                                       // X = even - i t
             p.out[(row0 + r) * (M + 1) + f] = make_float2(even.x + t.y, even.y - t.x);
         }
     }
 }
 
-// The smallest radix R0 with M = R0 16^a.
-constexpr int first_radix(int m) {
+// The first pass's radix R0, with M = R0 16^b and R0 in 2, 4, 8 or 16.
+__host__ __device__ constexpr int first_radix(int m) {
     while (m % 16 == 0) m /= 16;
     return m == 1 ? 16 : m;
 }

@@ -28,7 +28,8 @@ dpostgate)`` (kernels/fftconv/bwd_binding.cpp).
 Gradients flow to u, k (in k's dtype) and the gates through ``torch.ops.tk_ops.fftconv_bwd`` (registered as the
 op's autograd formula in C++, kernels/fftconv/autograd.cpp; torch.compile and CUDA graphs take it like any op): those
 of u and the gates run the forward kernel again (on the time-reversed output gradient for u and pregate), the
-filter's runs kernels of its own on the same transforms (fp32 sums over the batch). The cached spectrum is for inference and gets no gradient: a ``k_f``
+filter's runs kernels of its own on the same transforms (fp32 sums over the batch); past N = 65536 all of them come
+from cuFFT, as the forward does there. The cached spectrum is for inference and gets no gradient: a ``k_f``
 that requires one is refused, as is ``fftconv_spectrum`` of a filter that requires one (pass k itself to train it);
 with a ``k_f`` that needs none, u and the gates still get their gradients.
 """
@@ -57,7 +58,7 @@ def fftconv(u: torch.Tensor, k: torch.Tensor | None, pregate: torch.Tensor | Non
 
 def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
     """The spectrum of the filters k (H, Nk) for sequences of length N, as ``fftconv(..., k_f=)`` takes it: complex64
-    rfft(k, L) (H, L / 2 + 1), L the FFT size of length N, or per filter block past N = 4096 (module docstring)."""
+    rfft(k, L) (H, L / 2 + 1), L the FFT size of length N, or per filter block for 4096 < N <= 65536 (module docstring)."""
     if isinstance(N, bool) or not isinstance(N, int):
         raise InputError(f"tk_ops.fftconv_spectrum: N must be an int, got {type(N).__name__}")
     args = (k, N)

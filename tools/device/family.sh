@@ -23,7 +23,7 @@ cp configs.py "$OUT/configs.py.orig" && trap 'cp "$OUT/configs.py.orig" configs.
 list=$(printf '"%s", ' $build)
 sed -i "s/^KERNELS = .*/KERNELS = [${list%, }]/" configs.py  # the build only (restored on exit)
 install_extension || exit 1
-[ "$family" = fftconv ] && [ "${FLASHFFTCONV:-0}" = 1 ] && source tools/device/flashfftconv.sh
+[ "$family" = fftconv ] && [ "${FLASHFFTCONV:-0}" = 1 ] && source tools/device/flashfftconv.sh .peers/flashfftconv_src
 files=$(cd tests/gpu/ops && ls $tests | sed 's|^|tests/gpu/ops/|')
 timeout 300 python3 -m pytest -q -p no:cacheprovider $files 2>&1 | tee "$OUT/tests.log" | tail -25
 [ "${TRAIN:-0}" = 1 ] && timeout 300 python3 "examples/$example" ${TRAIN_ARGS:---quick} 2>&1 | tee "$OUT/train.log" | tail -30

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds FlashFFTConv (HazyResearch/flash-fft-conv, not on PyPI), the fftconv benchmark's second peer, on the GPU
-# machine, and prints the PYTHONPATH under which `from flashfftconv import FlashFFTConv` works.
-# Usage: source tools/device/flashfftconv.sh [SRC]   (SRC: default .peers/flashfftconv_src, holding the repository's
-# csrc/flashfftconv and flashfftconv/ folders, carried in an ignored folder; see docs/fftconv.md, "Measuring")
+# machine, and exports the PYTHONPATH under which `from flashfftconv import FlashFFTConv` works.
+# Usage: source tools/device/flashfftconv.sh SRC   (SRC, e.g. .peers/flashfftconv_src: a git-ignored folder holding the
+# repository's csrc/flashfftconv and flashfftconv/ folders; see docs/fftconv.md, "Measuring")
 # Its setup.py asks for C++17 and compute_80 PTX; the sources build as they are for C++20 and sm_90a, which is what
 # this changes, in a copy under /tmp. Logs under $OUT.
-src=$(realpath "${1:-.peers/flashfftconv_src}")
+src=$(realpath "${1:?name the folder holding csrc/flashfftconv and flashfftconv/}")
 build=/tmp/flashfftconv_build
 start=$(date +%s)
 rm -rf "$build" && cp -r "$src/csrc/flashfftconv" "$build"

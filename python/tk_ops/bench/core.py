@@ -254,10 +254,11 @@ class _progress:
 
 # ---------------------------------------------------------------- reporting
 
-def _cell(res: Result | None) -> str:
+def _cell(res: Result | None, flag: bool = True) -> str:
+    """TFLOP/s (ms), and " !" when `flag` and the result is far from the first peer's."""
     if res is None or res.error:
         return "error"
-    wrong = res.rel_err is not None and res.rel_err > ERROR_FLAG
+    wrong = flag and res.rel_err is not None and res.rel_err > ERROR_FLAG
     return f"{res.tflops:.1f} ({res.ms:.3f})" + (" !" if wrong else "")
 
 
@@ -275,8 +276,8 @@ def geomean_ratio(rows: list[Row]) -> float | None:
 
 def format_table(rows: list[Row]) -> str:
     """One section per group: TFLOP/s (ms) per implementation, the ratio of ours to the best peer
-    (above 1: ours is faster) and our relative error against the first peer; any other implementation whose
-    result is that far from the first peer's has " !" after its cell. The last line is the
+    (above 1: ours is faster) and our relative error against the first peer (" !" past ERROR_FLAG); another peer
+    whose result is that far from the first peer's has " !" after its cell. The last line is the
     geometric-mean ratio per group, so it is what stays on screen."""
     lines, summary = [], []
     for g in dict.fromkeys(r.group for r in rows):
@@ -286,7 +287,7 @@ def format_table(rows: list[Row]) -> str:
         for r in grp:
             ratio = r.ratio()
             err = "-" if r.rel_err is None else f"{r.rel_err:.1e}" + (" !" if r.rel_err > ERROR_FLAG else "")
-            table.append([r.name, *(_cell(r.results.get(n)) for n in impls),
+            table.append([r.name, *(_cell(r.results.get(n), flag=n != r.ours) for n in impls),
                           "-" if ratio is None else f"{ratio:.2f}x", err])
         body = _aligned(table)
         lines += ["", f"{g}: TFLOP/s (ms)", body[0], "-" * len(body[0]), *body[1:]]

@@ -120,7 +120,7 @@ def test_spectrum_rows(k_dtype, n, nk):
         padded = torch.nn.functional.pad(k.double(), (0, blocks * 4096 - nk)).view(5, blocks, 4096)
         ref = torch.fft.rfft(padded, n=fft)
     for name, view in filter_views(k).items():
-        fresh_pool_with_nan(2 * 5 * blocks * (fft // 2 + 1))  # the spectrum's bytes, where it is allocated next
+        fresh_pool_with_nan(2 * 5 * blocks * (fft // 2 + 1))  # where our kernel's spectrum is allocated next
         k_f = tk_ops.fftconv_spectrum(view, n)
         torch.cuda.synchronize()
         assert k_f.shape == ref.shape, name
