@@ -17,11 +17,13 @@
 #include <ATen/cuda/CUDAContextLight.h>
 #include <c10/core/SymInt.h>
 #include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
 
 #include <initializer_list>
 #include <string>
 #include <type_traits>
 
+#include "common/dtype.h"
 #include "common/error_phrases.h"
 
 namespace tk_kernels {
@@ -69,6 +71,21 @@ template <typename... Parts> void check_dtype(bool ok, const Parts &...parts) {
     if (!ok) throw c10::TypeError(message(parts...));
 }
 
+// A kernel launch (or a CUDA call around it) that failed: RuntimeError in Python, with CUDA's own words.
+inline void check_launch(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) throw c10::Error(message(what, " failed: ", cudaGetErrorString(e)));
+}
+
+// ---------------------------------------------------------------- element types
+
+// The kernels' name for a dtype the op's rules admitted (bf16, fp16 or fp32; anything else is a bug in the rules).
+inline dtype dtype_of(at::ScalarType t) {
+    if (t == at::kBFloat16) return dtype::bf16;
+    if (t == at::kHalf) return dtype::fp16;
+    if (t == at::kFloat) return dtype::fp32;
+    throw c10::Error(message("tk_ops: no kernel element type for ", t, " (an op's rules let it through)"));
+}
+
 // ---------------------------------------------------------------- devices
 
 struct named_tensor {
@@ -95,13 +112,15 @@ inline void check_devices(const char *op, std::initializer_list<named_tensor> te
                                                props->minor, " (", device, ")"));
 }
 
-// The CPU kernels' answer, after the op's own rules passed: the kernels need CUDA tensors.
+// The CPU kernels' answer (common/cpu_refusal.h), after the op's own rules passed: the kernels need CUDA tensors.
+[[noreturn]] inline void reject_cpu(const std::string &op, const char *name, const at::Device &device) {
+    throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU, ", but ", name, " is on ", device, "; move it with .cuda()"));
+}
+
+// TRANSITIONAL (removed once every family registers common/cpu_refusal.h): the hand-written CPU kernels' refusal.
 [[noreturn]] inline void reject_cpu(const char *op, std::initializer_list<named_tensor> tensors) {
-    for (const named_tensor &t : tensors) {
-        if (t.tensor.defined() && !t.tensor.is_cuda())
-            throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU, ", but ", t.name, " is on ", t.tensor.device(),
-                                          "; move it with .cuda()"));
-    }
+    for (const named_tensor &t : tensors)
+        if (t.tensor.defined() && !t.tensor.is_cuda()) reject_cpu(op, t.name, t.tensor.device());
     throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU));
 }
 

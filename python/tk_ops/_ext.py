@@ -5,14 +5,10 @@ imports (for references, docs, CPU tests) where the kernels were not or cannot b
 error comes where an op is called, saying what to do. Loading it defines the ops (torch.ops.tk_ops.*).
 
 Every rule about the arguments lives in the ops themselves (kernels/<family>/binding.cpp, one function per
-op shared by its CUDA, Meta and CPU kernels), so a wrapper is one call; only a failure costs more:
+op shared by its CUDA, Meta and CPU kernels), so a wrapper is one call, which turns the op's errors into the
+tk_ops exceptions:
 
-    try:
-        return ops("gemm").matmul(a, b)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise                      # under torch.compile, dynamo reports it with the message
-        raise op_error(e, "tk_ops.matmul", "matmul", (a, b)) from None
+    return call("gemm", "matmul", "tk_ops.matmul", a, b)
 """
 from __future__ import annotations
 
@@ -104,6 +100,18 @@ def ops(family: str):
         require(family)
         found = _eager[family] = _EAGER_OPS
     return found
+
+
+def call(family: str, op: str, name: str, *args):
+    """torch.ops.tk_ops.<op>(*args) for the public function `name`, after checking that `family`'s kernels are
+    built; an error about the arguments is raised as the tk_ops exception for it (op_error). Under torch.compile
+    errors pass through unchanged: dynamo reports them with their message."""
+    try:
+        return getattr(ops(family), op)(*args)
+    except Exception as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise op_error(e, name, op, args) from None
 
 
 def op_error(e: Exception, name: str, op: str, args: tuple) -> Exception:

@@ -557,9 +557,9 @@ def cpu_math(monkeypatch):
     def based_step(q, k, v, state, scale=None, normalize=True, eps=1e-6):
         seen.append((q, k, v))
         return reference.based_step(q, k, v, state, scale, normalize, eps).to(v.dtype)
-    monkeypatch.setattr(tk_nn, "_linear", cpu_linear)
-    monkeypatch.setattr(tk_nn, "based", based)
-    monkeypatch.setattr(tk_nn, "based_step", based_step)
+    monkeypatch.setattr(tk_ops.nn.gemm, "_linear", cpu_linear)
+    monkeypatch.setattr(tk_ops.nn.based, "based", based)
+    monkeypatch.setattr(tk_ops.nn.based, "based_step", based_step)
     return seen
 
 

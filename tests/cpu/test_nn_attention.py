@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+import tk_ops
 import tk_ops.nn as tk_nn
 from tk_ops import reference
 from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
@@ -37,9 +38,9 @@ def cpu_math(monkeypatch):
         options = dict(causal=causal, scale=scale, window=window, softcap=softcap)
         seen.append(("packed", q, k, v, (cu_q, cu_k, max_q, max_k), options))
         return reference.attention_varlen(q, k, v, cu_q, cu_k, causal, scale, window, softcap)[0].to(q.dtype)
-    monkeypatch.setattr(tk_nn, "_linear", cpu_linear)
-    monkeypatch.setattr(tk_nn, "attention", attention)
-    monkeypatch.setattr(tk_nn, "attention_varlen", attention_varlen)
+    monkeypatch.setattr(tk_ops.nn.gemm, "_linear", cpu_linear)
+    monkeypatch.setattr(tk_ops.nn.attention, "attention", attention)
+    monkeypatch.setattr(tk_ops.nn.attention, "attention_varlen", attention_varlen)
     return seen
 
 

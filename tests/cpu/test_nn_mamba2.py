@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import tk_ops
 from tk_ops.errors import InputError
-from tk_ops.nn import Mamba2, _GatedRMSNorm
+from tk_ops.nn import Mamba2
+from tk_ops.nn.mamba2 import _GatedRMSNorm
 
 
 def mamba_ssm_shapes(d_model, d_state=128, d_conv=4, expand=2, headdim=64, ngroups=1, D_has_hdim=False,
@@ -168,10 +169,10 @@ def standins(monkeypatch):
     def step(state, x, dt, A, B, C, **kw):
         return ref.mamba2_step(state, x, dt, A, B, C, **kw).to(x.dtype)
 
-    monkeypatch.setattr(tk_nn, "_linear", lambda x, w, b: F.linear(x.float(), w.float(),
+    monkeypatch.setattr(tk_ops.nn.gemm, "_linear", lambda x, w, b: F.linear(x.float(), w.float(),
                                                                     None if b is None else b.float()).to(x.dtype))
     monkeypatch.setattr(tk_nn.Mamba2, "scan", staticmethod(scan))
-    monkeypatch.setattr(tk_nn, "mamba2_step", step)
+    monkeypatch.setattr(tk_ops.nn.mamba2, "mamba2_step", step)
 
 
 @pytest.mark.parametrize("kwargs", [dict(d_state=64), dict(d_state=16, ngroups=2, D_has_hdim=True),

@@ -42,10 +42,10 @@
 // stages) keeps that loop in its family's folder, built from the same ring, roles and launch.
 #pragma once
 
-#include <atomic>
 #include <type_traits>
 
 #include "../common/common.cuh"
+#include "../common/shared_opt_in.cuh"
 #include "../types/types.cuh"
 #include "../ops/ops.cuh"
 
@@ -273,20 +273,13 @@ __global__ __launch_bounds__(num_threads<K>(), 1) void kernel(const __grid_const
 }
 
 // Host side: launch KERNEL (a __global__ taking K::globals, built from block<K>) over `num_tasks` tasks with a
-// persistent grid of at most one block per SM of the current device, with SMEM bytes of dynamic shared memory. The
-// shared-memory opt-in is made once per device the kernel runs on.
+// persistent grid of at most one block per SM of the current device, with SMEM bytes of dynamic shared memory.
 template <typename K, auto KERNEL, int SMEM>
 inline cudaError_t launch_kernel(const typename K::globals &g, int num_tasks, cudaStream_t stream) {
     int dev = 0, sms = 0;
     if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
     if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
-    static std::atomic<uint64_t> configured{0}; // one bit per device ordinal (< 64)
-    const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-    if (!bit || !(configured.load(std::memory_order_acquire) & bit)) {
-        cudaError_t e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        if (e != cudaSuccess) return e;
-        configured.fetch_or(bit, std::memory_order_release);
-    }
+    if (cudaError_t e = opt_in_shared<KERNEL>(dev, SMEM); e != cudaSuccess) return e;
     if (num_tasks <= 0) return cudaSuccess;
     int grid = num_tasks < sms ? num_tasks : sms;
     KERNEL<<<grid, num_threads<K>(), SMEM, stream>>>(g);

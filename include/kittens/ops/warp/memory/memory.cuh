@@ -1,4 +1,5 @@
-// Per-warp data movement between global memory, shared memory and registers:
+// Per-warp data movement between global memory, shared memory and registers (and, in raw.cuh, per-thread words and
+// the memory-model operations of a handshake between blocks):
 //   global <-> register   tile/global_to_register.cuh, vec/global_to_register.cuh
 //   global <-> shared     tile/global_to_shared.cuh,   vec/global_to_shared.cuh (sync and cp.async)
 //   shared <-> register   tile/shared_to_register.cuh, vec/shared_to_register.cuh
@@ -10,6 +11,7 @@
 #include "../../../common/common.cuh"
 #include "../../../types/types.cuh"
 #include "util.cuh"
+#include "raw.cuh"
 #include "tile/global_to_register.cuh"
 #include "tile/global_to_shared.cuh"
 #include "tile/shared_to_register.cuh"

@@ -1,0 +1,127 @@
+"""``tk_ops.nn.LongConv``: a causal long convolution layer on the tk_ops FFT convolution."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .. import _ext
+from ..errors import DTypeError, ExtensionNotBuiltError, FamilyNotBuiltError, InputError
+from ..fftconv import fftconv
+
+
+class LongConv(torch.nn.Module):
+    """A long causal convolution with one learned filter per channel, on :func:`tk_ops.fftconv`: the sequence mixer of
+    H3- and Hyena-style models. ``forward(u, pregate=None, postgate=None)`` takes u and the optional gates as
+    (B, N, d_model), bfloat16 or float16 (the gates in u's dtype), 1 <= N <= max_len, and returns (B, N, d_model) in
+    u's dtype::
+
+        v = u * pregate                                     # pregate None: v = u
+        y = postgate * (causal_conv(v, k_eff) + D * v)      # postgate None: no gating
+        causal_conv(v, k_eff)[b, n, h] = sum_{m <= n} k_eff[h, m] v[b, n - m, h]
+        k_eff[h, m] = k[h, m] * exp(-exp(log_decay[h]) * m / max_len)       m = 0 .. N - 1
+
+    Parameters, float32 whatever the input's dtype (the op takes a float32 filter, and its gradient comes out in
+    float32):
+
+    - ``k`` (d_model, max_len): the explicit filter taps, N(0, 1 / max_len) at first, so that a channel's output has
+      about the variance of its input over the window.
+    - ``log_decay`` (d_model,): the log of each channel's decay rate alpha_h. The exponential window makes distant
+      taps start small (a smooth, mostly local filter is what these models learn first, and an explicit filter of
+      thousands of noisy taps trains poorly without it); being a parameter, each channel can widen or narrow it.
+      At first the rates are evenly spaced over the channels so that the windows fall to 1e-2 after between
+      ``decay_span[0]`` and ``decay_span[1]`` of max_len (alpha = ln(100) / span): Hyena's exponential modulation,
+      whose defaults (0.3, 1.5) these are.
+    - ``D`` (d_model,): the skip term, ones at first.
+
+    A sequence shorter than max_len uses the filter's first N taps (time is measured in taps, so a prefix of a
+    sequence gives the prefix of the output); a longer one is refused, and max_len itself may not exceed the kernels'
+    longest sequence (2^20; checked when the extension is built, else at the first call).
+
+    The skip D * v enters as the filter's tap 0 (k_eff[:, 0] + D: conv(v, k) + D v = conv(v, k + D delta)), so one
+    fftconv call computes everything, postgate included, and D's gradient is the filter gradient's tap 0. The op
+    reads (B, d_model, N) rows: u and the gates are handed to it as transposed views (it makes each dense, one copy),
+    and y is a transposed (B, N, d_model) view of its (B, d_model, N) output. Every parameter, u and the gates train
+    through the op's backward.
+    """
+
+    # The convolution forward runs, with tk_ops.fftconv's signature on (B, H, N) tensors (a PyTorch twin of the module
+    # may swap in its own).
+    conv = staticmethod(fftconv)
+
+    def __init__(self, d_model: int, max_len: int, decay_span: tuple[float, float] = (0.3, 1.5), device=None):
+        super().__init__()
+        name = "tk_ops.nn.LongConv"
+        for arg, value in (("d_model", d_model), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"{name}: {arg} must be a positive int, got {value!r}")
+        # The longest sequence comes from the build; without one (a model made on a machine without the kernels, to
+        # load or inspect weights) the op checks each call's length instead.
+        try:
+            longest = _ext.require("fftconv").fftconv_max_len()
+        except (ExtensionNotBuiltError, FamilyNotBuiltError):
+            longest = None
+        if longest is not None and max_len > longest:
+            raise InputError(f"{name}: max_len = {max_len} is longer than the longest sequence tk_ops.fftconv's "
+                             f"kernels take, {longest}")
+        if (not isinstance(decay_span, (tuple, list)) or len(decay_span) != 2
+                or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in decay_span)
+                or not 0 < decay_span[0] <= decay_span[1] < math.inf):
+            raise InputError(f"{name}: decay_span must be (fastest, slowest) with 0 < fastest <= slowest, the "
+                             f"fractions of max_len over which the channels' windows fall to 1e-2; got {decay_span!r}")
+        self.d_model, self.max_len = d_model, max_len
+        self.decay_span = (float(decay_span[0]), float(decay_span[1]))
+        f32 = dict(device=device, dtype=torch.float32)
+        self.k = torch.nn.Parameter(torch.empty(d_model, max_len, **f32))
+        self.log_decay = torch.nn.Parameter(torch.empty(d_model, **f32))
+        self.D = torch.nn.Parameter(torch.empty(d_model, **f32))
+        for p in (self.log_decay, self.D):
+            p._no_weight_decay = True
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The initial values (class docstring): k N(0, 1 / max_len), the decay rates spread over decay_span, D one."""
+        fastest, slowest = self.decay_span
+        with torch.no_grad():
+            self.k.normal_(0.0, self.max_len ** -0.5)
+            rates = torch.linspace(math.log(100) / slowest, math.log(100) / fastest, self.d_model,
+                                   device=self.log_decay.device, dtype=torch.float32)
+            self.log_decay.copy_(rates.log())
+            self.D.fill_(1.0)
+
+    def effective_filter(self, n: int) -> torch.Tensor:
+        """k_eff (d_model, n) for sequences of length n <= max_len: the first n taps, windowed, D added to tap 0."""
+        t = torch.arange(n, device=self.k.device, dtype=torch.float32) * (1.0 / self.max_len)
+        window = torch.exp(-self.log_decay.exp()[:, None] * t)
+        return self.k[:, :n] * window + F.pad(self.D[:, None], (0, n - 1))
+
+    def forward(self, u: torch.Tensor, pregate: torch.Tensor | None = None,
+                postgate: torch.Tensor | None = None) -> torch.Tensor:
+        self._check(u, pregate, postgate)
+        pre, post = (None if g is None else g.transpose(1, 2) for g in (pregate, postgate))
+        y = self.conv(u.transpose(1, 2), self.effective_filter(u.shape[1]), pre, post)
+        return y.transpose(1, 2)
+
+    def _check(self, u, pregate, postgate) -> None:
+        # Here rather than in the op, so that the messages speak of the module's (B, N, d_model) layout.
+        name = "tk_ops.nn.LongConv"
+        if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.d_model:
+            got = f"shape {tuple(u.shape)}" if isinstance(u, torch.Tensor) else type(u).__name__
+            raise InputError(f"{name}: input must be (batch, seq_len, {self.d_model}), got {got}")
+        if not 1 <= u.shape[1] <= self.max_len:
+            raise InputError(f"{name}: seq_len = {u.shape[1]} must be between 1 and max_len = {self.max_len}, the "
+                             f"filter's length; build the module with a larger max_len for longer sequences")
+        if u.dtype not in (torch.bfloat16, torch.float16):
+            raise DTypeError(f"{name}: input must be bfloat16 or float16, got {u.dtype}")
+        for gate_name, gate in (("pregate", pregate), ("postgate", postgate)):
+            if gate is None:
+                continue
+            if not isinstance(gate, torch.Tensor) or gate.shape != u.shape:
+                got = f"shape {tuple(gate.shape)}" if isinstance(gate, torch.Tensor) else type(gate).__name__
+                raise InputError(f"{name}: {gate_name} must have the input's shape {tuple(u.shape)}, got {got}")
+            if gate.dtype != u.dtype:
+                raise DTypeError(f"{name}: {gate_name} must have the input's dtype {u.dtype}, got {gate.dtype}")
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, decay_span={self.decay_span}"
