@@ -38,12 +38,20 @@ except build_config.BuildConfigError as e:
     sys.exit(f"error: {e}")
 
 # Imported after the selection check so a bad configs.py is reported even without torch.
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension  # noqa: E402
+try:
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
+except ImportError as e:
+    sys.exit(build_config.torch_missing_message(e))
 
 # torch guesses CUDA_HOME from the nvcc on PATH; a wrapper script there makes it guess wrong.
 if CUDA_HOME is None or not (Path(CUDA_HOME) / "include" / "cuda_runtime_api.h").is_file():
     sys.exit(f"error: no CUDA toolkit at CUDA_HOME={CUDA_HOME!r}; `source env.src` (or export CUDA_HOME=/usr/local/cuda) "
              "and run the install again")
+cuda_problem = build_config.cuda_mismatch(torch.version.cuda, build_config.toolkit_cuda_version(CUDA_HOME),
+                                          torch.__version__, CUDA_HOME)
+if cuda_problem:
+    sys.exit(cuda_problem)
 
 os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
 
@@ -54,6 +62,28 @@ setup(
     name="tk_ops",
     version=read_version(),
     description="Tile-based CUDA kernels for Hopper GPUs (H100/H200), callable from PyTorch",
+    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    author="the tk_ops authors",
+    license_expression="MIT",
+    license_files=["LICENSE"],
+    keywords=["pytorch", "cuda", "gpu", "hopper", "h100", "h200", "tensor cores", "kernels", "tile library", "gemm",
+              "fp8", "attention", "linear attention", "mamba", "state space model", "fft convolution"],
+    classifiers=[
+        "Development Status :: 3 - Alpha",
+        "Environment :: GPU :: NVIDIA CUDA :: 13",
+        "Intended Audience :: Developers",
+        "Intended Audience :: Science/Research",
+        "Operating System :: POSIX :: Linux",
+        "Programming Language :: C++",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Topic :: Software Development :: Libraries :: Python Modules",
+    ],
     package_dir={"": "python"},
     packages=find_packages("python"),
     ext_modules=[
@@ -68,7 +98,7 @@ setup(
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
-    install_requires=["torch", "numpy"],
+    install_requires=["torch"],
     extras_require={
         "bench": ["matplotlib", "tqdm"],
         # cuobjdump/nvdisasm: the SASS checks in tests/cpu read the compiled kernels' instructions

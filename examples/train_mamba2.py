@@ -89,7 +89,8 @@ class TorchMamba2(tk_ops.nn.Mamba2):
     """What tk_ops.nn.Mamba2 computes, on PyTorch kernels: nn.Linear projections and the scan above; same parameter
     names and weight layout."""
 
-    scan = staticmethod(ssd_chunked)
+    def _chunk_scan(self, *args, **kwargs):
+        return ssd_chunked(*args, **kwargs)
 
     def __init__(self, d_model: int, **config):
         super().__init__(d_model, **config)

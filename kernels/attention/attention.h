@@ -2,7 +2,8 @@
 // the kernels' translation units (one per head dimension and direction) implement it.
 #pragma once
 
-#include "attn_configs.h"
+#include "attention_configs.cuh"
+#include "common/dtype.h"
 #include "common/tensor4.h"
 
 #include <cstddef>
@@ -16,8 +17,8 @@
 namespace tk_attention {
 
 // The head dimensions the kernels are built for. Adding one: list it here and add its kernel configurations
-// (attn_configs.h) and instantiation files (attn_fwd_d<D>.cu, attn_bwd_d<D>.cu); every dispatch goes through
-// with_head_dim.
+// (attention_configs.cuh) and instantiation files (attention_fwd_d<D>.cu, attention_bwd_d<D>.cu); every dispatch
+// goes through with_head_dim.
 inline constexpr int HEAD_DIMS[] = {64, 96, 128, 256};
 constexpr bool supported_head_dim(int d) {
     for (int x : HEAD_DIMS)
@@ -35,14 +36,14 @@ template <std::size_t I = 0, typename F> cudaError_t with_head_dim(int d, F &&f)
     }
 }
 
-enum class dtype { bf16, fp16 };
+using tk_kernels::dtype; // bf16 or fp16 (the rules admit no other)
 
 // Which keys a query row sees. Row i of a (q_len, kv_len) problem sees keys j with
 //   i + diag - left <= j <= i + diag + right,   diag = kv_len - q_len
 // (bottom-right aligned, FlashAttention's convention), besides 0 <= j < kv_len. A side at WINDOW_UNLIMITED (or more)
 // has no limit: causal attention is right = 0; a sliding window sets left too. Any limit past the sequence ends
 // works as unlimited, so the binding clamps the sides to this value; with sequences shorter than MAX_SEQ_LEN, row +
-// diag +- side stays inside int32 (masking.cuh).
+// diag +- side stays inside int32 (attention_masking.cuh).
 constexpr int WINDOW_UNLIMITED = 1 << 30;
 constexpr int MAX_SEQ_LEN = 1 << 28; // query and key rows per sequence (packed: in all), exclusive
 struct band {
@@ -120,7 +121,7 @@ struct fwd_problem {
 
 // Launches the forward for a supported head_dim (the caller checked everything else).
 cudaError_t forward(const fwd_problem &p, cudaStream_t stream);
-// The forward for one head dimension D (defined in attn_fwd_launch.cuh, instantiated in attn_fwd_d<D>.cu).
+// The forward for one head dimension D (defined in attention_fwd_launch.cuh, instantiated in attention_fwd_d<D>.cu).
 template <int D> cudaError_t forward_for(const fwd_problem &p, cudaStream_t stream);
 
 // Row tiles of the backward's per-query-row buffers: lse2 and delta are (batch, q_heads, bwd_scratch().rows), each
@@ -151,7 +152,7 @@ struct bwd_problem {
 };
 
 // The backward's fp32 dQ accumulator is dense: (batch, q_heads, head_dim, padded_q_len) where the kernel computes
-// dQ transposed (attn_configs.h), else (batch, q_heads, padded_q_len, head_dim). It holds dQ / scale:
+// dQ transposed (attention_configs.cuh), else (batch, q_heads, padded_q_len, head_dim). It holds dQ / scale:
 // backward_convert_dq applies the softmax scale.
 constexpr bool dq_accum_transposed(int head_dim) { return bwd_config_for(head_dim).dq_transposed; }
 
@@ -162,7 +163,7 @@ constexpr bool dq_accum_transposed(int head_dim) { return bwd_config_for(head_di
 constexpr int BWD_CONVERT_ROWS = 64;
 constexpr bool bwd_kernel_converts_dq(int head_dim) { return bwd_config_for(head_dim).converts_dq; }
 // Keys per backward task. Causal tasks go heaviest first across heads when a head's key blocks fill a round and the
-// heads are few (attn_bwd_kernel.cuh's get_task).
+// heads are few (attention_bwd_kernel.cuh's get_task).
 constexpr int bwd_block_k(int head_dim) { return bwd_config_for(head_dim).block_k(); }
 inline bool bwd_heaviest_first(const bwd_problem &p) {
     const int block_k = bwd_block_k(p.head_dim);
@@ -225,8 +226,8 @@ cudaError_t backward(const bwd_problem &p, cudaStream_t stream);
 cudaError_t backward_prepare(const bwd_problem &p, cudaStream_t stream);
 // Writes dQ = scale * dq_accum in the input dtype, (batch, q_heads, q_len, head_dim) with the given strides.
 cudaError_t backward_convert_dq(const bwd_problem &p, out4 dq, cudaStream_t stream);
-// The backward's main kernel for one head dimension D (defined in attn_bwd_launch.cuh, instantiated in
-// attn_bwd_d<D>.cu).
+// The backward's main kernel for one head dimension D (defined in attention_bwd_launch.cuh, instantiated in
+// attention_bwd_d<D>.cu).
 template <int D> cudaError_t backward_for(const bwd_problem &p, cudaStream_t stream);
 
 } // namespace tk_attention

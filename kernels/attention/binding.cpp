@@ -2,12 +2,12 @@
 // softcap) -> (O, LSE) and tk_ops::attention_bwd(q, k, v, o, dout, lse, <the same options>) -> (dQ, dK, dV), and their
 // packed-document forms attention_varlen_fwd / _bwd (the packed tensors, then cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 // max_seqlen_k, then the same options): schemas, and their CUDA, Meta and CPU kernels; the autograd of the forwards
-// is in autograd.cpp.
+// is in autograd.cpp, the inputs the kernels read beyond the op's tensors in attention_inputs.cpp.
 //
-// Each op's rules are one function below, shared by its three kernels: the CUDA kernel checks them before anything
-// reaches a kernel, the Meta kernel (torch.compile's fake tensors) checks them and lays the outputs out the same way,
-// and the CPU kernel checks them and then asks for CUDA tensors (see common/checks.h). The Python wrappers
-// (python/tk_ops/attention.py) only call these ops.
+// Each rule is one function below, shared by the kernels of the ops it concerns: the CUDA kernel checks them before
+// anything reaches a kernel, the Meta kernel (torch.compile's fake tensors) checks them and lays the outputs out the
+// same way, and the CPU kernel (common/cpu_refusal.h) runs the Meta kernel and then asks for CUDA tensors. The Python
+// wrappers (python/tk_ops/attention.py) only call these ops.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/EmptyTensor.h>
@@ -15,16 +15,17 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
 
 #include "attention.h"
+#include "attention_inputs.h"
 #include "common/bhnd_tensors.h"
 #include "common/checks.h"
+#include "common/cpu_refusal.h"
 #include "common/task_counter.h"
 
 namespace {
@@ -47,39 +48,57 @@ std::string head_dim_list() {
     return s;
 }
 
+// q, k and v in either layout: bfloat16 or float16, one dtype, `dims` dimensions (`layout` words the shape they must
+// have), k and v of one shape. Returns the head dimension, the last, one of those the kernels are built for.
+int64_t qkv_tensor_rules(const char *op, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, int64_t dims,
+                         const char *layout) {
+    for (const named_tensor &t : {named_tensor{"q", q}, named_tensor{"k", k}, named_tensor{"v", v}}) {
+        const at::ScalarType type = t.tensor.scalar_type();
+        check_dtype(type == at::kBFloat16 || type == at::kHalf, op, ": ", t.name, " must be bfloat16 or float16, got ",
+                    type);
+        check_input(t.tensor.dim() == dims, op, ": ", t.name, " must be ", layout, ", got shape ",
+                    t.tensor.sym_sizes());
+    }
+    check_dtype(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), op,
+                ": q, k, v must share one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+    // The head dimension picks the kernel: a symbolic one is specialised here.
+    const int64_t D = q.sym_size(dims - 1).guard_int(__FILE__, __LINE__);
+    check_input(tk_attention::supported_head_dim(int(D)), op, ": head_dim must be ", head_dim_list(), ", got ", D);
+    check_input(k.sym_sizes() == v.sym_sizes(), op, ": k and v must have the same shape, got ", k.sym_sizes(), " and ",
+                v.sym_sizes());
+    return D;
+}
+
+// Grouped-query attention: the query heads a multiple of the key/value heads (axis 1 in either layout).
+void heads_rule(const char *op, const at::Tensor &q, const at::Tensor &k) {
+    const c10::SymInt &Hq = q.sym_size(1), &Hk = k.sym_size(1);
+    check_input(Hk >= 1 && Hq % Hk == 0, op, ": the query heads (", Hq, ") must be a multiple of the key/value heads (",
+                Hk, ") (grouped-query attention)");
+}
+
+// The softmax scale: 1/sqrt(D) unless given, a finite number if given.
+double scale_rule(const char *op, std::optional<double> scale, int64_t D) {
+    if (!scale) return 1.0 / std::sqrt(double(D));
+    check_input(std::isfinite(*scale), op, ": scale must be a finite number or None, got ", *scale);
+    return *scale;
+}
+
 // q (B, Hq, Nq, D), k and v (B, Hk, Nk, D) like scaled_dot_product_attention's, Hq a multiple of Hk; returns the
 // softmax scale, 1/sqrt(D) unless given.
 double qkv_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale) {
-    for (const named_tensor &t : {named_tensor{"q", q}, named_tensor{"k", k}, named_tensor{"v", v}}) {
-        const at::ScalarType type = t.tensor.scalar_type();
-        check_dtype(type == at::kBFloat16 || type == at::kHalf, ATTENTION, ": ", t.name,
-                    " must be bfloat16 or float16, got ", type);
-        check_input(t.tensor.dim() == 4, ATTENTION, ": ", t.name,
-                    " must be 4-D (batch, heads, seq_len, head_dim) like scaled_dot_product_attention, got shape ",
-                    t.tensor.sym_sizes());
-    }
-    check_dtype(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), ATTENTION,
-                ": q, k, v must share one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
+    const int64_t D = qkv_tensor_rules(ATTENTION, q, k, v, 4,
+                                       "4-D (batch, heads, seq_len, head_dim) like scaled_dot_product_attention");
     const c10::SymInt &B = q.sym_size(0), &Hq = q.sym_size(1), &Nq = q.sym_size(2), &Hk = k.sym_size(1),
                       &Nk = k.sym_size(2);
-    // The head dimension picks the kernel: a symbolic one is specialised here.
-    const int64_t D = q.sym_size(3).guard_int(__FILE__, __LINE__);
-    check_input(tk_attention::supported_head_dim(int(D)), ATTENTION, ": head_dim must be ", head_dim_list(), ", got ",
-                D);
-    check_input(k.sym_sizes() == v.sym_sizes(), ATTENTION, ": k and v must have the same shape, got ", k.sym_sizes(),
-                " and ", v.sym_sizes());
     check_input(k.sym_size(0) == B && k.sym_size(3) == D, ATTENTION,
                 ": k and v must be (B, Hk, Nk, D) with q's batch ", B, " and head_dim ", D, ", got ", k.sym_sizes());
-    check_input(Hk >= 1 && Hq % Hk == 0, ATTENTION, ": the query heads (", Hq,
-                ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
+    heads_rule(ATTENTION, q, k);
     // The kernels index tasks and rows with 32-bit integers (backward tasks of 64 keys at the least).
     check_input(B < (int64_t(1) << 31) && Hq < (int64_t(1) << 31) && Nq < tk_attention::MAX_SEQ_LEN &&
                     Nk < tk_attention::MAX_SEQ_LEN && B * Hq * ((Nq + 127) / 64) < (int64_t(1) << 31) &&
                     B * Hk * ((Nk + 63) / 64) < (int64_t(1) << 31),
                 ATTENTION, ": problem too large");
-    if (!scale) return 1.0 / std::sqrt(double(D));
-    check_input(std::isfinite(*scale), ATTENTION, ": scale must be a finite number or None, got ", *scale);
-    return *scale;
+    return scale_rule(ATTENTION, scale, D);
 }
 
 // The masking options: window sides -1 (unlimited) or >= 0, softcap 0 (none) or > 0. Returns the kernels' band:
@@ -96,16 +115,23 @@ tk_attention::band band_rules(bool causal, int64_t window_left, int64_t window_r
     return {side(window_left), causal ? 0 : side(window_right)};
 }
 
+// What a backward takes from its forward in either layout: the saved O and the incoming dO with q's dtype and shape,
+// and the LSE in float32 (its shape is each layout's own).
+void saved_rules(const char *op, const at::Tensor &q, const at::Tensor &o, const at::Tensor &dout,
+                 const at::Tensor &lse) {
+    for (const named_tensor &t : {named_tensor{"o", o}, named_tensor{"dout", dout}}) {
+        check_dtype(t.tensor.scalar_type() == q.scalar_type(), op, ": ", t.name, " must have q's dtype ",
+                    q.scalar_type(), ", got ", t.tensor.scalar_type());
+        check_input(t.tensor.sym_sizes() == q.sym_sizes(), op, ": ", t.name, " must have q's shape ", q.sym_sizes(),
+                    ", got ", t.tensor.sym_sizes());
+    }
+    check_dtype(lse.scalar_type() == at::kFloat, op, ": lse must be float32, as the forward returns it, got ",
+                lse.scalar_type());
+}
+
 // The forward's saved O, the incoming dO and the LSE, as the forward gave them.
 void backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &dout, const at::Tensor &lse) {
-    for (const named_tensor &t : {named_tensor{"o", o}, named_tensor{"dout", dout}}) {
-        check_dtype(t.tensor.scalar_type() == q.scalar_type(), BACKWARD, ": ", t.name, " must have q's dtype ",
-                    q.scalar_type(), ", got ", t.tensor.scalar_type());
-        check_input(t.tensor.sym_sizes() == q.sym_sizes(), BACKWARD, ": ", t.name, " must have q's shape ",
-                    q.sym_sizes(), ", got ", t.tensor.sym_sizes());
-    }
-    check_dtype(lse.scalar_type() == at::kFloat, BACKWARD, ": lse must be float32, as the forward returns it, got ",
-                lse.scalar_type());
+    saved_rules(BACKWARD, q, o, dout, lse);
     check_input(lse.dim() == 3 && lse.sym_size(0) == q.sym_size(0) && lse.sym_size(1) == q.sym_size(1) &&
                     lse.sym_size(2) == q.sym_size(2),
                 BACKWARD, ": lse must be (B, Hq, Nq) = ", q.sym_sizes().slice(0, 3), ", as the forward returns it, got ",
@@ -128,23 +154,11 @@ void host_offsets_rules(const at::Tensor &cu, const char *name, const c10::SymIn
                 ", past the packed tensor's ", rows, " rows");
 }
 
-// Offsets live on q's GPU or in host memory (checked there, then copied).
+// Offsets live on q's GPU or in host memory (checked there, then copied): a device error like check_devices' else.
 void check_offsets_device(const at::Tensor &cu, const char *name, const at::Tensor &q) {
-    check_input(cu.device().is_cpu() || cu.device() == q.device(), VARLEN, ": ", name, " must be on q's device (",
-                q.device(), ") or in host memory, got ", cu.device());
-}
-
-// The offsets where the kernels read them: host offsets (checked by the rules) copied to the GPU, which CUDA graph
-// capture cannot record; GPU offsets as they are.
-at::Tensor device_offsets(const at::Tensor &cu, const char *name, const at::Device &device) {
-    if (cu.is_cuda()) return cu.contiguous();
-    check_input(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None, VARLEN, ": ", name,
-                " is in host memory, which a CUDA graph cannot copy from during capture; pass it on the GPU");
-    // Through pinned memory the copy is queued on the stream without waiting for the GPU's earlier work. A fresh
-    // buffer (pin_memory() would return a pinned input itself): the caller may refill theirs once the call returns.
-    at::Tensor staged = at::empty({cu.size(0)}, cu.options().pinned_memory(true));
-    staged.copy_(cu);
-    return staged.to(device, /*non_blocking=*/true);
+    if (cu.device().is_cpu() || cu.device() == q.device()) return;
+    throw c10::ValueError(message(VARLEN, ": ", NOT_ON_ONE_GPU, " of one GPU, but ", name, " is on ", cu.device(),
+                                  " and q on ", q.device(), " (offsets may also be in host memory)"));
 }
 
 // Packed documents: q (total_q, Hq, D), k and v (total_k, Hk, D) like flash_attn_varlen_func's, cu_seqlens_q and
@@ -152,24 +166,11 @@ at::Tensor device_offsets(const at::Tensor &cu, const char *name, const at::Devi
 // kernels clamp any offsets into the tensors (attention.h's varlen_layout), so no value can reach outside them.
 double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &cu_q,
                     const at::Tensor &cu_k, int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<double> scale) {
-    for (const named_tensor &t : {named_tensor{"q", q}, named_tensor{"k", k}, named_tensor{"v", v}}) {
-        const at::ScalarType type = t.tensor.scalar_type();
-        check_dtype(type == at::kBFloat16 || type == at::kHalf, VARLEN, ": ", t.name, " must be bfloat16 or float16, got ",
-                    type);
-        check_input(t.tensor.dim() == 3, VARLEN, ": ", t.name,
-                    " must be 3-D (total_tokens, heads, head_dim) like flash_attn_varlen_func's, got shape ",
-                    t.tensor.sym_sizes());
-    }
-    check_dtype(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), VARLEN,
-                ": q, k, v must share one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
-    const int64_t D = q.sym_size(2).guard_int(__FILE__, __LINE__);
-    check_input(tk_attention::supported_head_dim(int(D)), VARLEN, ": head_dim must be ", head_dim_list(), ", got ", D);
-    check_input(k.sym_sizes() == v.sym_sizes(), VARLEN, ": k and v must have the same shape, got ", k.sym_sizes(),
-                " and ", v.sym_sizes());
+    const int64_t D = qkv_tensor_rules(VARLEN, q, k, v, 3,
+                                       "3-D (total_tokens, heads, head_dim) like flash_attn_varlen_func's");
     check_input(k.sym_size(2) == D, VARLEN, ": k and v must have q's head_dim ", D, ", got ", k.sym_sizes());
+    heads_rule(VARLEN, q, k);
     const c10::SymInt &Hq = q.sym_size(1), &Hk = k.sym_size(1);
-    check_input(Hk >= 1 && Hq % Hk == 0, VARLEN, ": the query heads (", Hq,
-                ") must be a multiple of the key/value heads (", Hk, ") (grouped-query attention)");
     for (const named_tensor &t : {named_tensor{"cu_seqlens_q", cu_q}, named_tensor{"cu_seqlens_k", cu_k}}) {
         check_dtype(t.tensor.scalar_type() == at::kInt, VARLEN, ": ", t.name, " must be int32 (torch.int32), got ",
                     t.tensor.scalar_type());
@@ -193,21 +194,12 @@ double varlen_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &
                     Hq * ((Tq + 63) / 64 + documents) < limit && Hk * ((Tk + 63) / 64 + documents) < limit &&
                     (Tq + 127) / 128 * 128 + documents * tk_attention::BWD_ROW_PAD < limit,
                 VARLEN, ": problem too large");
-    if (!scale) return 1.0 / std::sqrt(double(D));
-    check_input(std::isfinite(*scale), VARLEN, ": scale must be a finite number or None, got ", *scale);
-    return *scale;
+    return scale_rule(VARLEN, scale, D);
 }
 
 // The varlen forward's saved O, the incoming dO and the LSE (Hq, total_q), as the forward gave them.
 void varlen_backward_rules(const at::Tensor &q, const at::Tensor &o, const at::Tensor &dout, const at::Tensor &lse) {
-    for (const named_tensor &t : {named_tensor{"o", o}, named_tensor{"dout", dout}}) {
-        check_dtype(t.tensor.scalar_type() == q.scalar_type(), VARLEN_BACKWARD, ": ", t.name, " must have q's dtype ",
-                    q.scalar_type(), ", got ", t.tensor.scalar_type());
-        check_input(t.tensor.sym_sizes() == q.sym_sizes(), VARLEN_BACKWARD, ": ", t.name, " must have q's shape ",
-                    q.sym_sizes(), ", got ", t.tensor.sym_sizes());
-    }
-    check_dtype(lse.scalar_type() == at::kFloat, VARLEN_BACKWARD,
-                ": lse must be float32, as the forward returns it, got ", lse.scalar_type());
+    saved_rules(VARLEN_BACKWARD, q, o, dout, lse);
     check_input(lse.dim() == 2 && lse.sym_size(0) == q.sym_size(1) && lse.sym_size(1) == q.sym_size(0),
                 VARLEN_BACKWARD, ": lse must be (Hq, total_q) = (", q.sym_size(1), ", ", q.sym_size(0),
                 "), as the forward returns it, got ", lse.sym_sizes());
@@ -222,42 +214,6 @@ at::Tensor empty_lse(const at::Tensor &q) {
 }
 
 // ---------------------------------------------------------------- CUDA
-
-tk_attention::dtype kernel_type(const at::Tensor &t) {
-    return t.scalar_type() == at::kBFloat16 ? tk_attention::dtype::bf16 : tk_attention::dtype::fp16;
-}
-
-void check_launch(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) throw c10::Error(message(what, " failed: ", cudaGetErrorString(e)));
-}
-
-// The kernels take row maxima of the raw scores and fold the scale into each exponent, which needs scale > 0. The
-// same softmax for other scales: scale * (q.k) == (-scale) * ((-q).k), and a zero scale scores every key 0, as zero
-// queries at scale 1 do. Returns the queries to use and makes `scale` positive.
-at::Tensor with_positive_scale(const at::Tensor &q, double &scale) {
-    if (scale > 0) return q;
-    if (scale < 0) {
-        scale = -scale;
-        return q.neg();
-    }
-    scale = 1;
-    return at::zeros_like(q, at::MemoryFormat::Contiguous);
-}
-
-// The documents' layout on q's device (attention.h's varlen_layout) for blocks of the given rows and keys.
-at::Tensor document_layout(const at::Tensor &cu_q, const at::Tensor &cu_k, const at::Tensor &q, const at::Tensor &k,
-                           int q_block_rows, int k_block_rows) {
-    const int docs = int(cu_q.size(0) - 1);
-    const at::Tensor cu_qc = device_offsets(cu_q, "cu_seqlens_q", q.device()),
-                     cu_kc = device_offsets(cu_k, "cu_seqlens_k", q.device());
-    const at::Tensor layout =
-        at::detail::empty_cuda({tk_attention::varlen_layout_ints(docs)}, at::kInt, q.device(), std::nullopt);
-    check_launch(tk_attention::prepare_varlen(cu_qc.data_ptr<int>(), cu_kc.data_ptr<int>(), docs, int(q.size(0)),
-                                              int(k.size(0)), q_block_rows, k_block_rows, layout.data_ptr<int>(),
-                                              at::cuda::getCurrentCUDAStream()),
-                 "tk_ops.attention_varlen layout");
-    return layout;
-}
 
 // The fields the forward and backward problems share: q, k, v as the kernels read them, and the sizes.
 template <typename Problem>
@@ -275,7 +231,7 @@ void describe_inputs(Problem &p, const at::Tensor &q, const at::Tensor &k, const
     p.window = window;
     p.scale = float(scale);
     p.softcap = float(softcap);
-    p.type = kernel_type(q);
+    p.type = dtype_of(q.scalar_type());
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in,
@@ -295,7 +251,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cuda(const at::Tensor &q_in, co
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    const at::Tensor q = tma_readable_copy(with_positive_scale(q_in, scale)), k = tma_readable_copy(k_in),
+    const at::Tensor q = tma_readable_copy(tk_attention::with_positive_scale(q_in, scale)), k = tma_readable_copy(k_in),
                      v = tma_readable_copy(v_in);
 
     tk_attention::fwd_problem p{};
@@ -332,11 +288,12 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cuda(const at::Tensor &q
         lse.fill_(-std::numeric_limits<float>::infinity());
         return {o, lse};
     }
-    const at::Tensor q = tma_readable_copy(packed_view(with_positive_scale(q_in, scale))),
+    const at::Tensor q = tma_readable_copy(packed_view(tk_attention::with_positive_scale(q_in, scale))),
                      k = tma_readable_copy(packed_view(k_in)), v = tma_readable_copy(packed_view(v_in));
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     // The forward's blocks of query rows (its key blocks are not used).
-    const at::Tensor layout = document_layout(cu_q, cu_k, q_in, k_in, tk_attention::fwd_block_q(int(D)), 1);
+    const at::Tensor layout =
+        tk_attention::document_layout(cu_q, cu_k, q_in, k_in, tk_attention::fwd_block_q(int(D)), 1, VARLEN);
 
     tk_attention::fwd_problem p{};
     describe_inputs(p, q, k, v, window, scale, softcap);
@@ -425,8 +382,8 @@ attention_varlen_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const 
     if (q_in.numel() == 0 || k_in.numel() == 0) return {dq.zero_(), dk.zero_(), dv.zero_()};
     const int docs = int(cu_q.size(0) - 1);
     // Query blocks pad the row buffers (BWD_ROW_PAD rows each); key blocks are the tasks.
-    const at::Tensor layout = document_layout(cu_q, cu_k, q_in, k_in, tk_attention::BWD_ROW_PAD,
-                                              tk_attention::bwd_block_k(int(q_in.size(2))));
+    const at::Tensor layout = tk_attention::document_layout(cu_q, cu_k, q_in, k_in, tk_attention::BWD_ROW_PAD,
+                                                            tk_attention::bwd_block_k(int(q_in.size(2))), VARLEN);
     tk_attention::bwd_problem p{};
     p.varlen = true;
     p.docs = tk_attention::varlen_layout_at(layout.data_ptr<int>(), docs);
@@ -484,50 +441,6 @@ attention_varlen_bwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Te
             at::empty_symint(v.sym_sizes(), v.options())};
 }
 
-// ---------------------------------------------------------------- CPU: the op's rules, then the device rule
-
-std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
-                                                     bool causal, std::optional<double> scale,
-                                                     int64_t window_left, int64_t window_right, double softcap) {
-    qkv_rules(q, k, v, scale);
-    band_rules(causal, window_left, window_right, softcap);
-    reject_cpu(ATTENTION, {{"q", q}, {"k", k}, {"v", v}});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_bwd_cpu(const at::Tensor &q, const at::Tensor &k,
-                                                                 const at::Tensor &v, const at::Tensor &o,
-                                                                 const at::Tensor &dout, const at::Tensor &lse,
-                                                                 bool causal, std::optional<double> scale,
-                                                                 int64_t window_left, int64_t window_right,
-                                                                 double softcap) {
-    qkv_rules(q, k, v, scale);
-    band_rules(causal, window_left, window_right, softcap);
-    backward_rules(q, o, dout, lse);
-    reject_cpu(BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse}});
-}
-
-std::tuple<at::Tensor, at::Tensor> attention_varlen_fwd_cpu(const at::Tensor &q, const at::Tensor &k,
-                                                            const at::Tensor &v, const at::Tensor &cu_q,
-                                                            const at::Tensor &cu_k, int64_t max_seqlen_q,
-                                                            int64_t max_seqlen_k, bool causal,
-                                                            std::optional<double> scale, int64_t window_left,
-                                                            int64_t window_right, double softcap) {
-    varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
-    band_rules(causal, window_left, window_right, softcap);
-    reject_cpu(VARLEN, {{"q", q}, {"k", k}, {"v", v}});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor>
-attention_varlen_bwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
-                         const at::Tensor &dout, const at::Tensor &lse, const at::Tensor &cu_q, const at::Tensor &cu_k,
-                         int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal, std::optional<double> scale,
-                         int64_t window_left, int64_t window_right, double softcap) {
-    varlen_rules(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, scale);
-    band_rules(causal, window_left, window_right, softcap);
-    varlen_backward_rules(q, o, dout, lse);
-    reject_cpu(VARLEN_BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"dout", dout}, {"lse", lse}});
-}
-
 // The head dimensions this build's kernels take, for modules that check their configuration when built.
 std::vector<int64_t> attention_head_dims() {
     return {std::begin(tk_attention::HEAD_DIMS), std::end(tk_attention::HEAD_DIMS)};
@@ -564,8 +477,8 @@ TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
-    m.impl("attention_fwd", &attention_fwd_cpu);
-    m.impl("attention_bwd", &attention_bwd_cpu);
-    m.impl("attention_varlen_fwd", &attention_varlen_fwd_cpu);
-    m.impl("attention_varlen_bwd", &attention_varlen_bwd_cpu);
+    m.impl("attention_fwd", tk_kernels::cpu_refusal());
+    m.impl("attention_bwd", tk_kernels::cpu_refusal());
+    m.impl("attention_varlen_fwd", tk_kernels::cpu_refusal());
+    m.impl("attention_varlen_bwd", tk_kernels::cpu_refusal());
 }

@@ -130,14 +130,18 @@ template <typename T> struct feature_tiles {
     __device__ static inline float2 from_pair(uint32_t w) {
         return kittens::base_types::convertor<float2, T2>::convert(kittens::detail::memory::bitcast<T2>(w));
     }
-    __device__ static inline void store_word(uint32_t addr, uint32_t w) {
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w) : "memory");
-    }
+    __device__ static inline void store_word(uint32_t addr, uint32_t w) { kittens::store_shared_word(addr, w); }
     // The 16 elements of row r of an input tile, as 8 packed pairs (two 16-byte loads).
     template <typename X> __device__ static inline void load_row(uint32_t (&w)[8], const X &t, int r) {
         static_assert(X::cols == FEATURE_DIM, "Based: input tiles hold one row of FEATURE_DIM elements per token");
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(t.idx(r, 0)));
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7]) : "r"(t.idx(r, 8)));
+        uint32_t first[4], second[4];
+        kittens::load_shared_words<4>(first, t.idx(r, 0));
+        kittens::load_shared_words<4>(second, t.idx(r, 8));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w[i] = first[i];
+            w[4 + i] = second[i];
+        }
     }
 
     // Phi(X) row r (token r of the tile x16), features F0 .. F0 + N - 1 into dst's row r, in fp32 then rounded once.
@@ -165,9 +169,7 @@ template <typename T> struct feature_tiles {
             });
 #pragma unroll
             for (int i = 0; i < 4; i++) out[i] = kittens::detail::memory::bitcast<uint32_t>(to_pair(v[2 * i], v[2 * i + 1]));
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst.idx(r, F0 + 8 * G)), "r"(out[0]),
-                         "r"(out[1]), "r"(out[2]), "r"(out[3])
-                         : "memory");
+            kittens::store_shared_words<4>(dst.idx(r, F0 + 8 * G), out);
         });
     }
 

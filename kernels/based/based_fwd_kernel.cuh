@@ -26,6 +26,7 @@
 #pragma once
 
 #include "based.h"
+#include "based_configs.cuh"
 #include "based_features.cuh"
 #include "based_rows_out.cuh"
 #include "kittens.cuh"
@@ -33,16 +34,13 @@
 namespace tk_based {
 using namespace kittens;
 
-template <typename T, int DVT> struct based_fwd : feature_tiles<T> {
-    static_assert(DVT % 16 == 0 && DVT >= 16 && DVT <= 64, "Based forward: a task's value block is 16..64 columns");
+template <typename T, int DVT> struct based_fwd : feature_tiles<T>, lcsf_numbers<CHUNKED_FORWARD> {
+    static_assert(DVT % 16 == 0 && DVT >= 16 && DVT <= CHUNKED_MAX_VALUE_COLUMNS,
+                  "Based forward: a task's value block is 16..64 columns");
     static constexpr int DK = FEATURE_DIM;
-    static constexpr int DV_BLOCK = DVT;   // value columns per task
-    static constexpr int HALF = 64;        // query rows per consumer: one wgmma row slab
-    static constexpr int CHUNK = 2 * HALF; // tokens per chunk
-    static constexpr int NUM_CONSUMERS = 2;
-    static constexpr int INPUT_STAGES = 2;
-    // Two consumers and a producer: 384 threads, so ptxas fits each thread in 168 registers.
-    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+    static constexpr int DV_BLOCK = DVT;                                // value columns per task
+    static constexpr int HALF = CHUNKED_FORWARD.consumer_rows;         // query rows per consumer
+    static constexpr int CHUNK = CHUNKED_FORWARD.block_rows();         // tokens per chunk
 
     static constexpr int FEATURES = KERNEL_FEATURES;
     using features = feature_tiles<T>;

@@ -17,50 +17,19 @@
 #pragma once
 
 #include "based.h"
+#include "based_configs.cuh"
+#include "based_quad_common.cuh"
 #include "based_rows_out.cuh"
 #include "kittens.cuh"
 
 namespace tk_based {
 using namespace kittens;
 
-// The pair weight w = 1 + s + s^2 / 2 of s = scale x (x the raw product q . k) as two FMAs: c1 = scale,
-// c2 = scale^2 / 2.
-struct pair_weight_of {
-    float c1, c2;
-    __host__ __device__ explicit pair_weight_of(float scale) : c1(scale), c2(0.5f * scale * scale) {}
-    __device__ __forceinline__ float operator()(float x) const { return fmaf(x, fmaf(x, c2, c1), 1.f); }
-};
-
-// Rows per task and keys per tile of the quadratic kernels: two consumers of 64 rows.
-inline constexpr int QUAD_BLOCK = 128;
-
-// The quadratic kernels' task order. Tasks are drawn dynamically (LCSF's DYNAMIC_TASKS), so this is the order in
-// which they start: heads in groups of heads_per_group, whose K and V the host sizes to fit well within L2, and
-// inside a group by block, heaviest first (rank 0), then by head. The tasks running at one moment then read a few
-// heads' tiles, from L2, and the short tasks come last. (By block over all heads, each head's tiles left L2
-// between its blocks.)
-struct quad_task_place {
-    int bh, rank; // (batch, head) index, and the block's rank by weight (0: the heaviest)
-};
-__device__ inline quad_task_place quad_task_at(int id, int blocks, int total_heads, int heads_per_group) {
-    const int group_tasks = heads_per_group * blocks;
-    const int group = id / group_tasks, in_group = id - group * group_tasks;
-    const int heads = min(heads_per_group, total_heads - group * heads_per_group); // the last group may be short
-    return {group * heads_per_group + in_group % heads, in_group / heads};
-}
-
-// The value tile width of the quadratic kernels: the whole value dimension in one task, 64 or 128 columns (TMA
-// zero-fills the columns past Dv and clips them on the way out).
-constexpr int quad_value_width(int value_dim) { return value_dim <= 64 ? 64 : 128; }
-
-template <typename T, int DV> struct based_quad_fwd {
+template <typename T, int DV> struct based_quad_fwd : lcsf_numbers<QUADRATIC_FORWARD> {
     static_assert(DV == 64 || DV == 128, "Based quadratic forward: value tiles of 64 or 128 columns");
     static constexpr int DK = FEATURE_DIM;
-    static constexpr int HALF = 64; // query rows per consumer: one wgmma row slab
+    static constexpr int HALF = QUADRATIC_FORWARD.consumer_rows; // query rows per consumer
     static constexpr int BLOCK = QUAD_BLOCK;
-    static constexpr int NUM_CONSUMERS = 2;
-    static constexpr int INPUT_STAGES = 3;
-    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
 
     using qk_tile = st<T, BLOCK, DK>;
     using v_half = st<T, HALF, DV>; // a key tile's values in two halves, each the B operand of one half's product

@@ -1,62 +1,22 @@
-// Host entry points of the FFT convolution kernels. Plain CUDA types only: the torch binding (binding.cpp) includes
-// this, the kernels' translation unit (fftconv_fwd.cu) implements it.
+// Host entry points of the FFT convolution kernels. Plain CUDA types only: the host code around the torch ops
+// (fftconv_convolve.cpp, fftconv_bwd.cpp) includes this, the kernels' translation units (fftconv_fwd.cu, fftconv_dk.cu,
+// fftconv_spectrum.cu) implement it. The lengths, FFT sizes and paths are fftconv_configs.cuh's.
 //
 // The filter's spectrum, as every interface of the family exchanges it: rfft(k, L) for the FFT size L = fft_size(N),
 // complex64 (interleaved float2), (heads, L / 2 + 1), contiguous. When 2N is itself a supported power of two this is
 // exactly tk_ops.reference.fftconv_spectrum(k, N).
 #pragma once
 
-#include <atomic>
-#include <cstdint>
 #include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "fftconv_configs.cuh"
 
 namespace tk_fftconv {
 
-// Sequences of up to ONCHIP_LEN samples are convolved by one FFT of size fft_size(N) >= 2N (a power of two from
-// MIN_FFT_SIZE to MAX_FFT_SIZE), whose circular convolution equals the causal linear one on the first N outputs.
-// Longer ones, up to BLOCKS_LEN, are cut into at most MAX_BLOCKS blocks of BLOCK_LEN samples, each transformed at
-// MAX_FFT_SIZE points (the block path, long_forward), and their spectra exchanged per block: (heads, filter blocks,
-// MAX_FFT_SIZE / 2 + 1). Longer still, up to MAX_LEN, the binding convolves with cuFFT in fp32 at fft_size(N), the
-// smallest power of two >= 2N: the block path's products grow as the square of the blocks (docs/fftconv.md).
-inline constexpr int MIN_FFT_SIZE = 256;
-inline constexpr int MAX_FFT_SIZE = 8192;
-inline constexpr int ONCHIP_LEN = MAX_FFT_SIZE / 2;
-inline constexpr int BLOCK_LEN = ONCHIP_LEN, BLOCK_FFT = MAX_FFT_SIZE;
-inline constexpr int MAX_BLOCKS = 16;
-inline constexpr int64_t BLOCKS_LEN = int64_t(MAX_BLOCKS) * BLOCK_LEN;
-inline constexpr int MAX_LEN = 1 << 20;
-
-// The smallest power of two >= 2n: an FFT size at which a correlation of two length-n rows has no wrapped terms.
-constexpr int64_t correlation_size(int64_t n) {
-    int64_t l = 1;
-    while (l < 2 * n) l *= 2;
-    return l;
-}
-// The FFT size for sequences of length n (n >= 1): the smallest built size >= 2n, BLOCK_FFT for the block path,
-// correlation_size(n) past it, or 0 past MAX_LEN.
-constexpr int fft_size(int64_t n) {
-    if (n > MAX_LEN) return 0;
-    if (n > BLOCKS_LEN) return int(correlation_size(n));
-    if (n > ONCHIP_LEN) return BLOCK_FFT;
-    int l = MIN_FFT_SIZE;
-    while (l < 2 * n) l *= 2;
-    return l;
-}
-constexpr int spectrum_len(int fft) { return fft / 2 + 1; }
-// Blocks of BLOCK_LEN samples in n (the block path).
-constexpr int64_t blocks_of(int64_t n) { return (n + BLOCK_LEN - 1) / BLOCK_LEN; }
-
-enum class dtype { bf16, fp16, fp32 };
-
-// The dynamic shared memory opt-in of a kernel, once per device ordinal (< 64) it runs on (the call costs host time).
-template <auto KERNEL> inline cudaError_t allow_shared(int dev, int bytes) {
-    static std::atomic<uint64_t> configured{0};
-    const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-    if (bit && (configured.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess) configured.fetch_or(bit, std::memory_order_release);
-    return e;
-}
+using tk_kernels::dtype;
 
 // The filter's spectrum: out[h, b] = rfft at fft points of the row of taps k[h, b * span + m], m < span (those below
 // `taps`; the rest zero), in fp32, as complex (heads, blocks, fft / 2 + 1), contiguous. span <= fft / 2: one block of

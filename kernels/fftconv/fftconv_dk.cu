@@ -1,6 +1,6 @@
 // The FFT convolution's filter gradient (fftconv.h): on chip for every built FFT size, and the block path of long
 // sequences; both 16-bit types.
-#include "fftconv_launch.cuh"
+#include "fftconv_dk_launch.cuh"
 
 namespace tk_fftconv {
 

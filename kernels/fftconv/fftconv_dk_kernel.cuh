@@ -5,47 +5,35 @@
 // A slot takes pairs of rows as the forward does: with Zv = FFT(v_b + i v_(b+1)) and Zg = FFT(g_b + i g_(b+1)),
 // conj(Zv) Zg = conj(V_b) G_b + conj(V_(b+1)) G_(b+1) + i (conj(V_b) G_(b+1) - conj(V_(b+1)) G_b), and both brackets
 // transform back to real sequences (correlations of real rows), so the real part of the inverse of the sum over pairs
-// is the sum of the rows' correlations. Per pair: the forward FFTs of the v pair and the g pair (fft_steps.cuh), whose
+// is the sum of the rows' correlations. Per pair: the forward FFTs of the v pair and the g pair (the engine), whose
 // level-16 outputs meet in registers; their product is added into an fp32 accumulator in the same fragment order.
 // When the slot's head changes (and at its end) the accumulator is transformed back and its real part added into dk
 // (fp32, zeroed by the caller; several slots may share a head). Unitary transforms: dk = sqrt(L) Re(IFFT_u(sum)).
 #pragma once
 
-#include "fft_io.cuh"
-#include "fftconv.h"
+#include "fftconv_io_kernel.cuh"
 
 namespace tk_fftconv {
 
-template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
-    using IO = fft_io<T, L>;
-    using S = fft_steps<T, L>;
-    using S::M;
-    using S::SLOT_THREADS;
-    using S::SLOT_WARPS;
-    using S::SLOTS;
-    using S::WARP_TILES;
-    using typename IO::layout;
+template <typename T, int L> struct fftconv_dk : fftconv_io<T, L> {
+    using IO = fftconv_io<T, L>;
+    using S = fftconv_engine<T, L>;
     using typename IO::pair_rows;
-    using typename IO::planes;
     using typename IO::source;
     using typename IO::tables;
     static constexpr int V = IO::V, THREADS = S::THREADS;
 
     // zv and acc belong to their lanes (fragment order, the tiles each warp always takes): no barrier guards them.
     struct alignas(128) slot_memory {
-        planes p;
+        typename S::planes p;
         uint4 zv[L / 4];  // the v pair's level-16 outputs, 16-bit: four complex values per lane and tile
         float2 acc[L];    // sum over the head's pairs of conj(Zv) Zg (fragment_slot order)
     };
-    struct shared_block {
-        tables t;
-        slot_memory slot[SLOTS];
-    };
-    static constexpr int SHARED_BYTES = int(sizeof(shared_block));
-    static_assert(SHARED_BYTES + 1024 <= MAX_SHARED_MEMORY, "fftconv: a block's shared memory exceeds the SM's");
+    using shared_block = typename S::template block_memory<slot_memory>;
+    static constexpr int SHARED_BYTES = S::template shared_bytes<shared_block>();
 
     struct globals {
-        layout shape;
+        typename IO::layout shape;
         const T *u, *pregate, *dy, *postgate; // gates may be null
         float *dk;                            // (heads, taps), zeroed
         int taps;
@@ -99,17 +87,17 @@ template <typename T, int L> struct fftconv_dk : fft_io<T, L> {
     }
 
     __device__ static inline void run(const globals &g) {
-        shared_block &s = S::template shared_block_as<shared_block>();
-        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
+        const auto clear_accumulator = [](shared_block &s, const typename S::slot_place &at) {
+#pragma unroll
+            for (int i = 0; i < S::WARP_TILES; i++)
+#pragma unroll
+                for (int v = 0; v < 4; v++)
+                    s.slot[at.q].acc[S::fragment_slot(S::tile_of(at.wq, i), at.lane, v)] = make_float2(0.f, 0.f);
+        };
+        const auto [s, at, f] =
+            S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads, clear_accumulator);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
-        S::build_twiddles(s.t);
-        const typename S::dft16 f = S::make_dft16(lane);
-#pragma unroll
-        for (int i = 0; i < WARP_TILES; i++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) m.acc[S::fragment_slot(S::tile_of(wq, i), lane, v)] = make_float2(0.f, 0.f);
-        __syncthreads();
         int head = -1;
         for (int item = first; item < last; item++) {
             const pair_rows rows = IO::rows_of(g.shape, item);

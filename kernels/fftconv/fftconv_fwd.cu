@@ -2,7 +2,7 @@
 // block path of long sequences; both 16-bit types.
 #include <algorithm>
 
-#include "fftconv_launch.cuh"
+#include "fftconv_fwd_launch.cuh"
 
 namespace tk_fftconv {
 

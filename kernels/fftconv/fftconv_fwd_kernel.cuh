@@ -2,52 +2,37 @@
 // (docs/fftconv.md, "The forward kernel").
 //
 // Rows b and b + 1 of one head share the (real) filter, so a slot convolves the complex sequence u_b + i u_(b+1) at
-// once: forward FFT (fft_steps.cuh), times K in the digit-reversed order the FFT leaves (multiplied in the level-16
-// step, between its forward and inverse DFTs), inverse FFT; real part -> y_b, imaginary part -> y_(b+1).
+// once: forward FFT (fftconv_engine_kernel.cuh), times K in the digit-reversed order the FFT leaves (multiplied in the
+// level-16 step, between its forward and inverse DFTs), inverse FFT; real part -> y_b, imaginary part -> y_(b+1).
 #pragma once
 
-#include "fft_io.cuh"
-#include "fftconv.h"
+#include "fftconv_io_kernel.cuh"
 
 namespace tk_fftconv {
 
-template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<T, L, REVERSED> {
-    using IO = fft_io<T, L, REVERSED>;
-    using S = fft_steps<T, L>;
-    using S::M;
+template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fftconv_io<T, L, REVERSED> {
+    using IO = fftconv_io<T, L, REVERSED>;
+    using S = fftconv_engine<T, L>;
     using S::SLOT_THREADS;
-    using S::SLOT_WARPS;
-    using S::SLOTS;
-    using typename IO::layout;
-    using typename IO::pair_rows;
-    using typename IO::planes;
     using typename IO::raw_rows;
-    using typename IO::source;
-    using typename IO::tables;
-    using typename IO::vec;
-    using typename S::T2;
     static constexpr int V = IO::V, THREADS = S::THREADS;
 
     // The next pair's rows are copied ahead (cp.async) where shared memory has room for them.
     struct alignas(128) core_memory {
-        planes p;
+        typename S::planes p;
         float2 spectrum[L]; // the head's spectrum in the level-16 step's fragment order
     };
-    static constexpr bool STAGED = sizeof(typename S::tables) + SLOTS * (sizeof(core_memory) + sizeof(raw_rows)) + 1024 <=
-                                   MAX_SHARED_MEMORY;
+    static constexpr size_t STAGED_BYTES = sizeof(typename S::tables) + S::SLOTS * (sizeof(core_memory) + sizeof(raw_rows));
+    static constexpr bool STAGED = STAGED_BYTES + 1024 <= MAX_SHARED_MEMORY;
     struct alignas(128) staged_memory : core_memory {
         raw_rows raw;
     };
     using slot_memory = std::conditional_t<STAGED, staged_memory, core_memory>;
-    struct shared_block {
-        tables t;
-        slot_memory slot[SLOTS];
-    };
-    static constexpr int SHARED_BYTES = int(sizeof(shared_block));
-    static_assert(SHARED_BYTES + 1024 <= MAX_SHARED_MEMORY, "fftconv: a block's shared memory exceeds the SM's");
+    using shared_block = typename S::template block_memory<slot_memory>;
+    static constexpr int SHARED_BYTES = S::template shared_bytes<shared_block>();
 
     struct globals {
-        layout shape;
+        typename IO::layout shape;
         const T *u, *pregate, *postgate; // gates may be null
         const float2 *k_f;               // (heads, L / 2 + 1)
         T *y;
@@ -65,7 +50,8 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<
         for (int r = 0; r < PER_THREAD; r++) {
             const int idx = tid + r * SLOT_THREADS;
             const int tile = idx / 128, lane = idx / 2 % 32, v = idx / 64 % 2 * 2 + idx % 2; // fragment_slot inverted
-            const int o = 8 * tile + 2 * (lane % 4) + v % 2, j = lane / 4 + 8 * (v / 2);
+            // position, output digit
+            const int o = 8 * tile + detail::reg::mma_16x8_output_col(lane) + v % 2, j = detail::reg::mma_16x8_output_row(lane, v / 2);
             const int f = S::frequency_at(16 * o + j);
             c[r] = k_f[f <= L / 2 ? f : L - f];
             if (f > L / 2) c[r].y = -c[r].y;
@@ -82,15 +68,15 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fft_io<
         slot_memory &m = s.slot[q];
         raw_rows *raw = nullptr;
         if constexpr (STAGED) raw = g.staged ? &m.raw : nullptr;
-        const source src{g.u, g.pregate};
+        const typename IO::source src{g.u, g.pregate};
         if (raw && first < last) IO::prefetch(*raw, g.shape, src, first, tid);
         S::build_twiddles(s.t);
-        const typename S::dft16 f = S::make_dft16(lane);
+        const typename S::dft16 f = S::make_dft16();
         __syncthreads();
         int head = -1;
         const int kept = g.shape.len < L / 2 ? g.shape.len : L / 2;
         for (int item = first; item < last; item++) {
-            const pair_rows rows = IO::rows_of(g.shape, item);
+            const typename IO::pair_rows rows = IO::rows_of(g.shape, item);
             if (rows.head != head) {
                 head = rows.head;
                 load_spectrum(m.spectrum, g.k_f + size_t(head) * (L / 2 + 1), tid);

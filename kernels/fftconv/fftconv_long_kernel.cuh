@@ -4,50 +4,36 @@
 // X_i = FFT of input block i and K_j = FFT of filter block j, each zero-padded to L (a block's linear convolution with
 // a filter block spans 2B - 1 samples: its first half lands in output block i, its second half in i + 1). Three
 // kernels:
-//   1. forward transforms: every (pair, block) item through the engine's forward steps (fft_steps.cuh), the level-16
+//   1. forward transforms: every (pair, block) item through the engine's forward steps, the level-16
 //      outputs stored as they come out of the tensor cores (fragment order, 16-bit complex) in a workspace;
 //   2. block_products: for each pair and frequency, the products summed over filter blocks, in place (held in
-//      registers: at most MAX_BLOCKS blocks, fftconv.h);
+//      registers: at most MAX_BLOCKS blocks, fftconv_configs.cuh);
 //   3. inverse transforms: each pair's blocks in order through the inverse steps with both halves of the output kept:
 //      the first half plus the previous block's second half (kept in shared memory by the thread that made it) is
 //      the output block, the second half waits for the next.
 // The pair trick is the forward's: rows b and b + 1 as one complex sequence, the real filter applying to both.
 #pragma once
 
-#include "fft_io.cuh"
-#include "fftconv.h"
+#include "fftconv_io_kernel.cuh"
 
 namespace tk_fftconv {
 
-template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, BLOCK_FFT, REVERSED> {
+template <typename T, bool REVERSED = false> struct fftconv_blocks : fftconv_io<T, BLOCK_FFT, REVERSED> {
     static constexpr int L = BLOCK_FFT, B = BLOCK_LEN;
-    using IO = fft_io<T, L, REVERSED>;
-    using S = fft_steps<T, L>;
-    using S::M;
-    using S::SLOT_THREADS;
-    using S::SLOT_WARPS;
-    using S::SLOTS;
-    using typename IO::layout;
+    using IO = fftconv_io<T, L, REVERSED>;
+    using S = fftconv_engine<T, L>;
     using typename IO::pair_rows;
-    using typename IO::planes;
-    using typename IO::source;
-    using typename IO::tables;
-    using typename IO::vec;
     static constexpr int V = IO::V, THREADS = S::THREADS;
 
     struct alignas(128) slot_memory {
-        planes p;
+        typename S::planes p;
         float tail[2][B]; // the second half of the previous block's output, rows b and b + 1 (inverse pass only)
     };
-    struct shared_block {
-        tables t;
-        slot_memory slot[SLOTS];
-    };
-    static constexpr int SHARED_BYTES = int(sizeof(shared_block));
-    static_assert(SHARED_BYTES + 1024 <= MAX_SHARED_MEMORY, "fftconv: a block's shared memory exceeds the SM's");
+    using shared_block = typename S::template block_memory<slot_memory>;
+    static constexpr int SHARED_BYTES = S::template shared_bytes<shared_block>();
 
     struct globals {
-        layout shape;                  // len = N, the rows' length
+        typename IO::layout shape;     // len = N, the rows' length
         const T *x, *gate, *postgate;  // the rows transformed by run_forward (u or dy) and their gate; gates may be null
         T *y;
         uint4 *spectra; // (pairs, blocks, L / 4): four 16-bit complex values per lane and tile, fragment order
@@ -56,20 +42,16 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
 
     // 1. Items (pair, block), pair-major: each block of each pair to its level-16 outputs.
     __device__ static inline void run_forward(const globals &g) {
-        shared_block &s = S::template shared_block_as<shared_block>();
-        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks);
+        const auto [s, at, f] = S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
-        planes &m = s.slot[q].p;
-        S::build_twiddles(s.t);
-        const typename S::dft16 f = S::make_dft16(lane);
-        __syncthreads();
+        typename S::planes &m = s.slot[q].p;
         for (int item = first; item < last; item++) {
             const int block = item % g.blocks;
             pair_rows rows = IO::rows_of(g.shape, item / g.blocks);
             rows.first = block * B;
             rows.valid = min(B, g.shape.len - block * B);
             S::slot_sync(q); // the planes are free
-            IO::load_input(s.t, m, nullptr, g.shape, source{g.x, g.gate}, rows, tid);
+            IO::load_input(s.t, m, nullptr, g.shape, typename IO::source{g.x, g.gate}, rows, tid);
             S::slot_sync(q);
             uint4 *out = g.spectra + size_t(item) * (L / 4);
             S::template transform<false>(m, s.t, f, q, wq, lane, [&](int u, typename S::tile_fragments &yr, typename S::tile_fragments &yi) {
@@ -84,13 +66,9 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
 
     // 3. Items: pairs; each pair's blocks in order, overlap-added through the slot's tail.
     __device__ static inline void run_inverse(const globals &g) {
-        shared_block &s = S::template shared_block_as<shared_block>();
-        const typename S::slot_place at = S::place_in_grid(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
+        const auto [s, at, f] = S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
-        S::build_twiddles(s.t);
-        const typename S::dft16 f = S::make_dft16(lane);
-        __syncthreads();
         for (int item = first; item < last; item++) {
             const pair_rows rows = IO::rows_of(g.shape, item);
             for (int block = 0; block < g.blocks; block++) {
@@ -141,13 +119,9 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fft_io<T, B
         float scale;
     };
     __device__ static inline void run_dk_inverse(const dk_globals &g) {
-        shared_block &s = S::template shared_block_as<shared_block>();
-        const typename S::slot_place at = S::place_in_grid(g.heads);
+        const auto [s, at, f] = S::template start<shared_block>(g.heads);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
         slot_memory &m = s.slot[q];
-        S::build_twiddles(s.t);
-        const typename S::dft16 f = S::make_dft16(lane);
-        __syncthreads();
         for (int head = first; head < last; head++) {
             for (int d = g.kblocks; d >= 0; d--) {
                 const float2 *c = reinterpret_cast<const float2 *>(g.correlations + (size_t(head) * (g.kblocks + 1) + d) * (L / 2));
@@ -196,16 +170,17 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
 // blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
 // the pairs' spectra with consecutive threads on consecutive slots. HELD >= blocks are held in registers (the launch
 // picks the smallest of 2, 4, 8 and MAX_BLOCKS that covers them).
-template <typename T, int HELD> __global__ __launch_bounds__(256) void block_products(uint32_t *spectra, const float2 *k_f,
+template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS) void block_products(uint32_t *spectra, const float2 *k_f,
                                                                                      int heads, int pairs_per_head,
                                                                                      int blocks, int kblocks) {
-    using S = fft_steps<T, BLOCK_FFT>;
+    using S = fftconv_engine<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (index >= int64_t(heads) * L) return;
     const int head = int(index / L), e = int(index % L);
     const int tile = e / 128, lane = e / 4 % 32, v = e % 4; // the uint4 packing of fftconv_blocks
-    const int o = 8 * tile + 2 * (lane % 4) + v % 2, j = lane / 4 + 8 * (v / 2);
+    // position, output digit
+    const int o = 8 * tile + detail::reg::mma_16x8_output_col(lane) + v % 2, j = detail::reg::mma_16x8_output_row(lane, v / 2);
     const int fq = S::frequency_at(16 * o + j);
     const float2 *kh = k_f + size_t(head) * kblocks * (L / 2 + 1);
     const auto filter = [&](int jb) {
@@ -215,7 +190,7 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_pro
     float2 ks[HELD];
 #pragma unroll
     for (int i = 0; i < HELD; i++) ks[i] = i < kblocks ? filter(i) : make_float2(0.f, 0.f);
-    constexpr int PAIRS_IN_FLIGHT = HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
+    constexpr int PAIRS_IN_FLIGHT = pairs_in_flight(HELD);
 #pragma unroll PAIRS_IN_FLIGHT
     for (int p = 0; p < pairs_per_head; p++) {
         uint32_t *x = spectra + (size_t(head) * pairs_per_head + p) * blocks * L + e;
@@ -236,11 +211,11 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_pro
 // The filter gradient's correlation spectra: C_d = sum over the head's pairs and blocks i of conj(X_i) G_(i+d),
 // d = 0 .. kblocks, X and G the blocks' spectra of v = u * pregate and g = dy * postgate (run_forward's outputs). One
 // thread per (head, fragment slot e), as block_products; fp32 sums written as float2 in fragment_slot order.
-template <typename T, int HELD> __global__ __launch_bounds__(256) void block_correlations(const uint32_t *xs, const uint32_t *gs,
+template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS) void block_correlations(const uint32_t *xs, const uint32_t *gs,
                                                                                          float2 *correlations, int heads,
                                                                                          int pairs_per_head, int blocks,
                                                                                          int kblocks) {
-    using S = fft_steps<T, BLOCK_FFT>;
+    using S = fftconv_engine<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (index >= int64_t(heads) * L) return;
@@ -250,7 +225,7 @@ template <typename T, int HELD> __global__ __launch_bounds__(256) void block_cor
     float2 acc[HELD + 1];
 #pragma unroll
     for (int d = 0; d <= HELD; d++) acc[d] = make_float2(0.f, 0.f);
-    constexpr int PAIRS_IN_FLIGHT = HELD <= 4 ? 2 : 1; // where registers allow, two pairs' loads overlap
+    constexpr int PAIRS_IN_FLIGHT = pairs_in_flight(HELD);
 #pragma unroll PAIRS_IN_FLIGHT
     for (int p = 0; p < pairs_per_head; p++) {
         const size_t base = (size_t(head) * pairs_per_head + p) * blocks * L + e;

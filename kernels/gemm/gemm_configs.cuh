@@ -1,9 +1,11 @@
-// The GEMM's configurations: every knob of the kernel (gemm_kernel.cuh) as a named field with a default, and the
-// configurations that ship, by name. The entry points (gemm_bf16.cu, gemm_fp8.cu) and the developer tools
-// instantiate the kernel from these names only, so a tool measures exactly what ships. Which configuration a
-// problem gets is decided in gemm_select.cu.
+// The GEMM's configurations: every knob of the kernel (gemm_kernel.cuh) as a named field with a default, the
+// configurations that ship, by name, and the rules that pick one for a problem. The entry points (gemm_bf16.cu,
+// gemm_fp8.cu) and the developer tools instantiate the kernel from these names only, so a tool measures exactly what
+// ships.
 //
-// Plain C++ (no CUDA headers): the selection code and host tools read the numbers without the kernel.
+// Plain C++ (no CUDA headers): the interface (gemm.h), the binding and host tools read the names, the numbers and the
+// picks without the kernel. The picks are pure functions of the problem's sizes and the GPU's SM count; the entry
+// points ask the device for the count (gemm_launch.cuh).
 //
 // A configuration is a class-type template argument (C++20). Hand one to an alias template only inside a template
 // (as the entry points and tools do): nvcc 13.0's host code generation fails on an alias template given a
@@ -109,4 +111,82 @@ constexpr gemm_config fp8_tiny(bool vector_scales) {
 }
 
 } // namespace configs
+
+// The longest contraction the resident configuration holds: its B panel of RESIDENT_B_SLICES K-slices.
+constexpr int resident_max_k(int element_bytes) { return RESIDENT_B_SLICES * slice_k(element_bytes); }
+
+// ---------------------------------------------------------------- which configuration a problem runs
+
+// The shipped configurations a call can name (gemm.h's problems). automatic: the one the problem's shape picks. The
+// fp8 entry point runs big, small and tiny (each as its fp8_ form).
+enum class config_id { automatic, big, hinted, resident, small, tiny };
+
+// Their names, as the testing ops (binding.cpp) take and report them.
+struct config_name {
+    config_id id;
+    const char *name;
+};
+inline constexpr config_name CONFIG_NAMES[] = {{config_id::automatic, "auto"}, {config_id::big, "big"},
+                                               {config_id::hinted, "hinted"},  {config_id::resident, "resident"},
+                                               {config_id::small, "small"},    {config_id::tiny, "tiny"}};
+constexpr const char *name_of(config_id id) {
+    for (const config_name &c : CONFIG_NAMES)
+        if (c.id == id) return c.name;
+    return "?";
+}
+
+namespace pick_rules {
+
+inline constexpr int BF16_BYTES = 2;
+
+// The largest blocks that still give at least half the SMs a block: small where big would leave more than half idle,
+// tiny where even small would. Blocks that fill the GPU beat bigger ones here because a lone task cannot overlap its
+// ring fill or its epilogue with anything.
+constexpr config_id by_occupancy(const gemm_config &big, const gemm_config &small, int M, int N, int sms) {
+    if (2 * num_tasks(small, M, N) <= sms) return config_id::tiny;
+    if (2 * num_tasks(big, M, N) <= sms) return config_id::small;
+    return config_id::big;
+}
+
+// Whether the resident-B configuration pays for a contraction its panel holds: each block's run of tasks down the
+// columns should seldom cross into the next column, where the panel is reloaded with the ring stopped.
+constexpr bool resident_pays(int M, int N, int sms) {
+    constexpr gemm_config R = configs::resident();
+    const int tiles_m = (M + block_m(R) - 1) / block_m(R), tiles = num_tasks(R, M, N);
+    const int blocks = tiles < sms ? tiles : sms, run = (tiles + blocks - 1) / blocks;
+    return tiles_m % run == 0 || 4 * run <= tiles_m;
+}
+
+} // namespace pick_rules
+
+// The 16-bit GEMM's configuration for an M x N x K problem on a GPU of `sms` SMs, whatever the operands' memory order.
+constexpr config_id pick_bf16(int M, int N, int K, int sms) {
+    const config_id size = pick_rules::by_occupancy(configs::big(), configs::small(), M, N, sms);
+    if (size != config_id::big) return size;
+    if (K <= resident_max_k(pick_rules::BF16_BYTES) && pick_rules::resident_pays(M, N, sms)) return config_id::resident;
+    // Short K: the streamed-out C would evict the operand panels other blocks are about to read; at long K the hints
+    // cost a little, so long contractions keep the plain configuration.
+    if (K <= 512) return config_id::hinted;
+    return config_id::big;
+}
+
+// The fp8 GEMM's block size for an M x N problem: big, small or tiny (fp32_out: the output is fp32, whose big blocks
+// are narrower).
+constexpr config_id pick_fp8(int M, int N, bool fp32_out, int sms) {
+    return pick_rules::by_occupancy(configs::fp8_big(fp32_out, false), configs::fp8_small(false), M, N, sms);
+}
+
+// Split-K's contraction ranges for the 16-bit GEMM (1: do not split). A contraction at least 16 K-slices long per
+// range, over as many ranges as give every SM a block, when even the tiny blocks leave half the SMs idle (the weight
+// gradient of a small Linear over many tokens: 512 x 512 over 8192 tokens is 32 tiny blocks).
+constexpr int pick_splits(int M, int N, int K, int sms) {
+    constexpr gemm_config S = configs::split();
+    const int tiles = num_tasks(S, M, N);
+    const int k_iters = (K + slice_k(pick_rules::BF16_BYTES) - 1) / slice_k(pick_rules::BF16_BYTES);
+    if (2 * tiles > sms || k_iters < 32) return 1;
+    const int by_sms = sms / tiles, by_length = k_iters / 16;
+    const int splits = by_sms < by_length ? by_sms : by_length;
+    return splits > 1 ? splits : 1;
+}
+
 } // namespace tk_gemm

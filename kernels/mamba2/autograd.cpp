@@ -1,4 +1,4 @@
-// Autograd of tk_ops::mamba2_chunk_scan_fwd, in C++ for the reason attention's is (kernels/attention/autograd.cpp): a
+// Autograd of the Mamba-2 ops (binding.cpp), in C++ for the reason attention's is (kernels/attention/autograd.cpp): a
 // formula registered from Python costs several times an op's own host time per call.
 //
 // mamba2_chunk_scan_fwd(x, dt, A, B, C, ..., return_final_states) -> (out, final_states). Gradients flow to x, dt, A,
@@ -8,6 +8,8 @@
 //
 // The ops are called through the dispatcher, so torch.compile traces them into its graphs (their Meta kernels are in
 // binding.cpp). A call that needs no gradient skips the autograd function, as a built-in op does.
+//
+// mamba2_step has no gradient; its autograd kernel is at the end.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -113,6 +115,33 @@ fwd_out mamba2_scan_autograd(const at::Tensor &x, const at::Tensor &dt, const at
     return {out[0], out[1]};
 }
 
+// The step has no gradient: it is for decoding. Its own autograd kernel (as based_step's, kernels/based/autograd.cpp)
+// keeps a step taken in grad mode cheap and honest: the output has no gradient, where the fallback for ops without one
+// would give it a gradient function that silently yields nothing. The state is still marked as modified, so that a
+// graph which saved it notices the change. A state that is itself part of a graph is refused: changed in place
+// without a record, it would pass wrong gradients on.
+at::Tensor step_autograd(at::Tensor &state, const at::Tensor &x, const at::Tensor &dt, const at::Tensor &A,
+                         const at::Tensor &B, const at::Tensor &C, const opt_tensor &D, const opt_tensor &z,
+                         const opt_tensor &dt_bias, bool dt_softplus) {
+    if (at::GradMode::is_enabled() && state.requires_grad())
+        throw c10::ValueError("tk_ops.mamba2_step: the state requires grad, but the step updates it in place and has "
+                              "no gradient; decode under torch.no_grad() or pass the state .detach()ed");
+    using step_fn = at::Tensor(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                               const at::Tensor &, const at::Tensor &, const opt_tensor &, const opt_tensor &,
+                               const opt_tensor &, bool);
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("tk_ops::mamba2_step", "").typed<step_fn>();
+    at::Tensor y;
+    {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        y = op.call(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus);
+    }
+    if (!state.is_inference()) torch::autograd::impl::bump_version(state);
+    return y;
+}
+
 } // namespace
 
-TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) { m.impl("mamba2_chunk_scan_fwd", &mamba2_scan_autograd); }
+TORCH_LIBRARY_IMPL(tk_ops, Autograd, m) {
+    m.impl("mamba2_chunk_scan_fwd", &mamba2_scan_autograd);
+    m.impl("mamba2_step", &step_autograd);
+}

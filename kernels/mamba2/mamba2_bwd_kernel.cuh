@@ -1,5 +1,5 @@
-// The Mamba-2 SSD backward: two scans over the chunks on the LCSF template, the forward's task and consumer layout
-// (docs/mamba2.md, "The backward": the derivation, the choices below and what they cost).
+// The Mamba-2 SSD backward: two scans over the chunks on the LCSF template, with the forward's task and consumer
+// layout (mamba2_tasks.cuh; docs/mamba2.md, "The backward": the derivation, the choices below and what they cost).
 //
 // With dy the gradient of the scan's output before D and the gate, g_t = dL/dh_t (p x n) obeys the reversed
 // recurrence g_t = dy_t C_t^T + exp(dt_{t+1} A) g_{t+1}, seeded with the final states' gradient. Then
@@ -28,31 +28,33 @@
 // tokens of the sequence it belongs to.
 #pragma once
 
-#include "mamba2_chunk.cuh"
+#include "mamba2_tasks.cuh"
 
 namespace tk_mamba2 {
 using namespace kittens;
 
-// What both walks share: the forward's task layout and the chunk's input stage (x, dy, B, C and the prepared vectors).
-template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
-    static_assert(supported_dim(P) && supported_dim(N), "Mamba-2 backward: p and n are 64 or 128");
-    static_assert(!HEAD_PAIR || P == 64, "Mamba-2 backward: a consumer holds a whole head's state only for p = 64");
-    static constexpr int CHUNK = KERNEL_CHUNK;
-    static constexpr int HEADS_PER_TASK = HEAD_PAIR ? 2 : 1;
-    static constexpr int COLS = HEAD_PAIR ? P : P / 2;
-    static constexpr int NUM_CONSUMERS = 2;
-    static constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+// What both walks share, on top of the forward's task layout: their globals, the chunk's input stage (x, dy, B, C and
+// the prepared vectors) and the ways their results leave.
+template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_base : scan_tasks<T, P, N, CFG> {
+    using tasks = scan_tasks<T, P, N, CFG>;
+    using typename tasks::x_tile;
+    using typename tasks::bc_tile;
+    using typename tasks::vec;
+    using typename tasks::image_tile;
+    using typename tasks::state_tile;
+    using typename tasks::x_gl;
+    using typename tasks::bc_gl;
+    using typename tasks::vec_gl;
+    using typename tasks::T2;
+    using typename tasks::task;
+    using tasks::CHUNK;
+    using tasks::COLS;
+    using tasks::HEADS_PER_TASK;
+    using tasks::NUM_CONSUMERS;
+    using tasks::head_of;
 
-    using x_tile = st<T, CHUNK, COLS>;
-    using bc_tile = st<T, CHUNK, N>;
-    using vec = chunk::vec;
-    using image_tile = st<T, N, COLS>;  // a state's transpose (n x this consumer's columns) in 16 bits
     using acc_tile = st_fl<CHUNK, 64>;  // 64 columns of a chunk's dB or dC, on their way into the fp32 sum
-    using x_gl = gl<T, -1, -1, -1, -1, x_tile>;
-    using bc_gl = gl<T, -1, -1, -1, -1, bc_tile>;
-    using vec_gl = gl<float, -1, -1, -1, -1, vec>;
     using acc_gl = gl<float, -1, -1, -1, -1, acc_tile>; // (b, g, padded_len, n)
-    using T2 = typename base_types::packed_t<T>;
 
     struct globals {
         x_gl x, dy;       // (b, h, l, p) views
@@ -78,58 +80,21 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
         vec dt[HEADS_PER_TASK], cum[HEADS_PER_TASK];
         vec seq;
     };
-    struct task {
-        int b, h, iters; // h: the task's first head
-    };
 
-    __device__ static inline bool get_task(const globals &g, int id, task &t) {
-        if (id >= g.num_tasks) return false;
-        t.b = id / g.task_heads;
-        t.h = (id - t.b * g.task_heads) * HEADS_PER_TASK;
-        t.iters = g.chunks;
-        return true;
-    }
-    __device__ static inline int head_of(const task &t, int consumer) { return t.h + (HEAD_PAIR ? consumer : 0); }
-    __device__ static inline int column_block(int consumer) { return HEAD_PAIR ? 0 : consumer; }
-    __device__ static inline int head_slot(int consumer) { return HEAD_PAIR ? consumer : 0; }
-    __device__ static inline int state_row(const pair_pos &p) {
-        return 64 * p.i + warpgroup::warp_row0() + (p.row - TILE_DIM * p.i);
-    }
-    __device__ static inline size_t state_offset(const globals &g, const task &t, int consumer) {
-        return (size_t(t.b) * g.heads + head_of(t, consumer)) * size_t(P) * N + size_t(column_block(consumer)) * COLS * N;
-    }
     __device__ static inline size_t token_row(const globals &g, const task &t, int consumer) {
         return (size_t(t.b) * g.heads + head_of(t, consumer)) * g.padded_len;
     }
 
     // Chunk `chunk`'s stage: both consumers' x and dy columns, B, C, the task's heads' dt and cum, the ids.
     template <typename K> __device__ static inline void load_chunk(lcsf::producer_args<K> &p, int chunk) {
-        const globals &g = p.g;
-        const int b = p.task.b, h = p.task.h, grp = h / g.heads_per_group;
-        constexpr uint32_t x_bytes = tma::transfer_bytes<x_tile>::value, bc_bytes = tma::transfer_bytes<bc_tile>::value,
-                           v_bytes = tma::transfer_bytes<vec>::value;
-        tma::expect_bytes(p.arrived, 2 * NUM_CONSUMERS * x_bytes + 2 * bc_bytes + 2 * HEADS_PER_TASK * v_bytes +
-                                         (g.has_seq ? v_bytes : 0));
-#pragma unroll
-        for (int c = 0; c < NUM_CONSUMERS; c++) {
-            tma::load_async(p.input.x[c], g.x, {b, head_of(p.task, c), chunk, column_block(c)}, p.arrived);
-            tma::load_async(p.input.dy[c], g.dy, {b, head_of(p.task, c), chunk, column_block(c)}, p.arrived);
-        }
-        tma::load_async(p.input.B, g.B, {b, grp, chunk, 0}, p.arrived);
-        tma::load_async(p.input.C, g.C, {b, grp, chunk, 0}, p.arrived);
-#pragma unroll
-        for (int k = 0; k < HEADS_PER_TASK; k++) {
-            tma::load_async(p.input.dt[k], g.dt, {b, h + k, 0, chunk}, p.arrived);
-            tma::load_async(p.input.cum[k], g.cum, {b, h + k, 0, chunk}, p.arrived);
-        }
-        if (g.has_seq) tma::load_async(p.input.seq, g.seq, {b, 0, 0, chunk}, p.arrived);
+        tasks::load_stage(p, chunk, p.g.dy, p.input.dy, [] { return true; });
     }
 
     // A state accumulator for the next chunk's products in two 16-bit images, hi = 16-bit(state) and
     // lo = 16-bit(state - hi): hi + lo carries the fp32 state to about 2^-16, so that the two walks see the same state
     // (dL/dcum's terms across chunks come from both and must cancel). `lo` lives in the staging tile (below), which
     // must have been read by its last TMA reduce-add.
-    __device__ static inline void write_image(image_tile &hi, image_tile &lo, const rt_fl<N / 4, COLS> &state) {
+    __device__ static inline void write_image(image_tile &hi, image_tile &lo, const state_tile &state) {
         rt<T, N / 4, COLS> bits;
         copy(bits, state);
         warpgroup::store(hi, bits);
@@ -147,15 +112,6 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
     // only after they are waited for.
     static_assert(sizeof(image_tile) <= sizeof(acc_tile), "Mamba-2 backward: the low image must fit the staging tile");
     __device__ static inline image_tile &image_lo(acc_tile &staging) { return *reinterpret_cast<image_tile *>(&staging); }
-
-    // A state accumulator from (b, h, p, n) fp32 at `src` (this consumer's columns), or zeros.
-    __device__ static inline void read_state(rt_fl<N / 4, COLS> &state, const float *src) {
-        for_each_pair([&](pair_pos p, float2 &s) {
-            const int n = state_row(p);
-            s.x = src ? src[size_t(p.col) * N + n] : 0.f;
-            s.y = src ? src[size_t(p.col + 1) * N + n] : 0.f;
-        }, state);
-    }
 
     // Adds 64 columns (block k) of a chunk's fp32 dB or dC into g.grad_bc through `staging`, once the previous block's
     // reduce-add has read it.
@@ -186,14 +142,16 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_base {
 
 // ---------------------------------------------------------------- the forward walk: dC and dy . (h C)
 
-template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba2_bwd_base<T, P, N, HEAD_PAIR> {
-    using base = mamba2_bwd_base<T, P, N, HEAD_PAIR>;
+template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dc : mamba2_bwd_base<T, P, N, CFG> {
+    using base = mamba2_bwd_base<T, P, N, CFG>;
     using typename base::globals;
     using typename base::input_block;
     using typename base::task;
     using typename base::x_tile;
     using typename base::image_tile;
     using typename base::acc_tile;
+    using typename base::state_tile;
+    using typename base::T2;
     using base::CHUNK;
     using base::COLS;
     using base::NUM_CONSUMERS;
@@ -203,11 +161,11 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         image_tile image[NUM_CONSUMERS];
         acc_tile staging[NUM_CONSUMERS];
     };
-    static constexpr int INPUT_STAGES = chunk::ring_stages<input_block, output_block>();
+    static constexpr int INPUT_STAGES = base::template ring_stages<input_block, output_block>();
     static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     struct consumer_state {
-        rt_fl<N / 4, COLS> h; // H^T, as in the forward
+        state_tile h; // H^T, as in the forward
         int prev_seq;
         float2 dD[COLS / 8];  // this lane's column pairs of sum_t dy o x, over its rows and chunks
     };
@@ -271,8 +229,8 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         auto dot_rows = [&](const rt_fl<TILE_DIM, 64> &block, const auto &c_block) {
             rt<T, TILE_DIM, 64> cr;
             warpgroup::load(cr, c_block);
-            for_each_pair([&](pair_pos p, const float2 &v, const typename base::T2 &cv) {
-                const float2 cf = base_types::convertor<float2, typename base::T2>::convert(cv);
+            for_each_pair([&](pair_pos p, const float2 &v, const T2 &cv) {
+                const float2 cf = base_types::convertor<float2, T2>::convert(cv);
                 sum[p.half] = fmaf(v.x, cf.x, fmaf(v.y, cf.y, sum[p.half]));
             }, block, cr);
         };
@@ -286,12 +244,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
         warpgroup::mma_AB(dc, pt, in.B);
 
         // The state update, as in the forward.
-        const bool carry = seq_last == prev_seq;
-        const float decay = chunk::decay_exp(cum_last);
-        for_each_pair([&](pair_pos, float2 &v) {
-            v.x = carry ? v.x * decay : 0.f;
-            v.y = carry ? v.y * decay : 0.f;
-        }, c.state.h);
+        chunk::carry_across(c.state.h, cum_last, seq_last, prev_seq);
         c.state.prev_seq = seq_last;
         warpgroup::sync(); // every warp's rows of Xw are written
         warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
@@ -304,9 +257,9 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
             rt<T, TILE_DIM, COLS> x, dy;
             warpgroup::load(x, in.x[me]);
             warpgroup::load(dy, in.dy[me]);
-            for_each_pair([&](pair_pos p, const typename base::T2 &xv, const typename base::T2 &dv) {
-                const float2 xf = base_types::convertor<float2, typename base::T2>::convert(xv);
-                const float2 df = base_types::convertor<float2, typename base::T2>::convert(dv);
+            for_each_pair([&](pair_pos p, const T2 &xv, const T2 &dv) {
+                const float2 xf = base_types::convertor<float2, T2>::convert(xv);
+                const float2 df = base_types::convertor<float2, T2>::convert(dv);
                 float2 &acc = c.state.dD[2 * p.j + (p.k >> 1)];
                 acc.x = fmaf(df.x, xf.x, acc.x);
                 acc.y = fmaf(df.y, xf.y, acc.y);
@@ -357,14 +310,15 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dc : mamba
 
 // ---------------------------------------------------------------- the backward walk: dx, dB, x . (g B), dD
 
-template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba2_bwd_base<T, P, N, HEAD_PAIR> {
-    using base = mamba2_bwd_base<T, P, N, HEAD_PAIR>;
+template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dx : mamba2_bwd_base<T, P, N, CFG> {
+    using base = mamba2_bwd_base<T, P, N, CFG>;
     using typename base::globals;
     using typename base::input_block;
     using typename base::task;
     using typename base::x_tile;
     using typename base::image_tile;
     using typename base::acc_tile;
+    using typename base::state_tile;
     using typename base::T2;
     using base::CHUNK;
     using base::COLS;
@@ -375,11 +329,11 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         image_tile image[NUM_CONSUMERS];
         acc_tile staging[NUM_CONSUMERS];
     };
-    static constexpr int INPUT_STAGES = chunk::ring_stages<input_block, output_block>();
+    static constexpr int INPUT_STAGES = base::template ring_stages<input_block, output_block>();
     static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     struct consumer_state {
-        rt_fl<N / 4, COLS> g; // G^T: (dL/dh at the end of the chunk being walked)^T
+        state_tile g; // G^T: (dL/dh at the end of the chunk being walked)^T
     };
 
     __device__ static inline int chunk_of(const globals &g, int iter) { return g.chunks - 1 - iter; }
@@ -409,12 +363,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         const int seq_last = chunk::seq_at(in.seq, has_seq, CHUNK - 1);
         const int prev_seq =
             has_seq && ci > 0 ? __float_as_int(g.seq_ids[size_t(c.task.b) * g.padded_len + ci * CHUNK - 1]) : 0;
-        const bool carry = seq_last == prev_seq;
-        const float decay = chunk::decay_exp(cum_last);
-        for_each_pair([&](pair_pos, float2 &v) {
-            v.x = carry ? v.x * decay : 0.f;
-            v.y = carry ? v.y * decay : 0.f;
-        }, c.state.g);
+        chunk::carry_across(c.state.g, cum_last, seq_last, prev_seq);
         wgmma::detail::pin_tile(c.state.g); // scaled here, before any product is in flight (not sunk to its use)
 
         // S = B C^T and the carried part B G^T.
@@ -541,12 +490,7 @@ template <typename T, int P, int N, bool HEAD_PAIR> struct mamba2_bwd_dx : mamba
         const globals &g = c.g;
         if (warpgroup::laneid() == 0) tma::store_async_wait<0>();
         if (!g.state_out) return;
-        float *dst = g.state_out + base::state_offset(g, c.task, c.consumer);
-        for_each_pair([&](pair_pos p, const float2 &s) {
-            const int n = base::state_row(p);
-            dst[size_t(p.col) * N + n] = s.x;
-            dst[size_t(p.col + 1) * N + n] = s.y;
-        }, c.state.g);
+        base::write_state(g.state_out + base::state_offset(g, c.task, c.consumer), c.state.g);
     }
 };
 

@@ -16,12 +16,6 @@ using namespace kittens;
 
 using vec = sv_fl<KERNEL_CHUNK>;
 
-// Ring stages of In that fit next to Out and the ring's semaphores in shared memory, at most 4.
-template <typename In, typename Out> constexpr int ring_stages() {
-    const int fit = int((MAX_SHARED_MEMORY - sizeof(Out) - 2048) / sizeof(In));
-    return fit < 4 ? fit : 4;
-}
-
 __device__ inline int seq_at(const vec &seq, bool has_seq, int t) { return has_seq ? __float_as_int(seq.data[t]) : 0; }
 
 // exp(x) of a log-decay: one multiply and one SFU instruction (weights below about 1e-38 flush to 0).
@@ -113,6 +107,17 @@ __device__ inline void anticausal_decay(RT &s, const vec &cum, const vec &seq, b
                                         const float (&f)[2]) {
     if (has_seq) pair_decay<false, true>(s, cum, cum, seq, r, f);
     else pair_decay<false, false>(s, cum, cum, seq, r, f);
+}
+
+// The carried state (H^T or G^T) across the chunk, from one end to the other: decayed by exp(cum_last), or dropped when
+// the chunk's last token is in another sequence than the token before the chunk.
+template <typename RT> __device__ inline void carry_across(RT &state, float cum_last, int seq_last, int prev_seq) {
+    const bool carry = seq_last == prev_seq;
+    const float decay = decay_exp(cum_last);
+    for_each_pair([&](pair_pos, float2 &v) {
+        v.x = carry ? v.x * decay : 0.f;
+        v.y = carry ? v.y * decay : 0.f;
+    }, state);
 }
 
 // Row k of this lane times f[k]; a zero factor drops the row.

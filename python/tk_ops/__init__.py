@@ -9,8 +9,8 @@
     o, state = tk_ops.based(q, k, v, output_final_state=True)  # Based linear attention, (B, H, N, 16 / Dv)
     o_t = tk_ops.based_step(q_t, k_t, v_t, state)   # one decoding step, the state updated in place
     mixer = tk_ops.nn.BasedLinearAttention(1024, 16)  # projections and Based linear attention, with step()
-    y = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, D=D, dt_softplus=True)  # Mamba-2 SSD scan, (b, l, h, p); forward
-    y = tk_ops.fftconv(u, k, pregate, postgate)    # causal long convolution by FFT, u (B, H, N), k (H, Nk); forward
+    y = tk_ops.mamba2_chunk_scan(x, dt, A, B, C, D=D, dt_softplus=True)  # Mamba-2 scan, (b, l, h, p), with a backward
+    y = tk_ops.fftconv(u, k, pregate, postgate)    # causal long convolution by FFT, u (B, H, N), k (H, Nk), with a backward
     y_t = tk_ops.mamba2_step(state, x_t, dt_t, A, B_t, C_t, D=D, dt_softplus=True)  # one decoding step, in place
     tk_ops.reference                                # float64 PyTorch references of every op
 

@@ -7,11 +7,17 @@ standard library.
 A family is a folder `kernels/<name>/` holding at least one `.cu` or `.cpp` file; folders with
 only headers (shared helpers) are not families. `configs.py` at the repository root lists the
 families to build in `KERNELS`.
+
+It also holds the install's guards, which setup.py runs before compiling anything: torch must be importable (pip's
+default build isolation hides it) and built for the CUDA major version of the toolkit that compiles the kernels.
 """
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import runpy
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,3 +122,87 @@ def families_define(families: list[str] | tuple[str, ...]) -> str:
     """Compiler flag defining the family list as a string literal: -DTK_OPS_FAMILIES="gemm,attention".
     torch's ninja build shell-quotes each flag, so the quotes reach the compiler as written."""
     return f'-D{FAMILIES_MACRO}="{",".join(families)}"'
+
+
+# ---------------------------------------------------------------- the install's guards (setup.py)
+
+# The install command of the README, which builds against the torch already installed.
+INSTALL_COMMAND = 'pip install --no-build-isolation ".[bench,test]"'
+TORCH_WHEEL_INDEX = "https://download.pytorch.org/whl"
+
+
+def torch_missing_message(error: BaseException) -> str:
+    """What setup.py says when it cannot import torch. Usually pip's build isolation: without --no-build-isolation, pip
+    builds in a fresh environment holding only setuptools, where the installed torch (the one the extension must be
+    compiled against) is not importable."""
+    return (f"error: tk_ops cannot be built without torch, and setup.py cannot import it ({error}).\n"
+            "The extension compiles against the torch already installed, which pip hides when it builds in an isolated "
+            "environment (its default). Install torch, then build without isolation by adding --no-build-isolation:\n"
+            f"    pip install torch ninja setuptools wheel && {INSTALL_COMMAND}")
+
+
+def parse_nvcc_version(text: str) -> str | None:
+    """"13.0" from `nvcc --version`'s "Cuda compilation tools, release 13.0, V13.0.88"; None if absent."""
+    m = re.search(r"release (\d+)\.(\d+)", text)
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def parse_version_json(text: str) -> str | None:
+    """"13.0" from a toolkit's version.json ({"cuda": {"version": "13.0.88"}, ...}); None if it says no version."""
+    try:
+        version = json.loads(text)["cuda"]["version"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    m = re.match(r"(\d+)\.(\d+)", str(version))
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def toolkit_cuda_version(cuda_home: str | Path) -> str | None:
+    """The major.minor version of the CUDA toolkit at cuda_home: its nvcc's (the compiler that builds the kernels),
+    else its version.json's; None when neither tells."""
+    home = Path(cuda_home)
+    try:
+        res = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=120)
+        if (version := parse_nvcc_version(res.stdout)) is not None:
+            return version
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return parse_version_json((home / "version.json").read_text())
+    except OSError:
+        return None
+
+
+def torch_index_url(toolkit: str) -> str:
+    """PyTorch's wheel index for a CUDA version: 13.0 -> https://download.pytorch.org/whl/cu130."""
+    major, minor = toolkit.split(".")[:2]
+    return f"{TORCH_WHEEL_INDEX}/cu{major}{minor}"
+
+
+def torch_install_command(toolkit: str) -> str:
+    """The command that replaces the installed torch by PyTorch's build for the CUDA version `toolkit`. It uninstalls
+    first: pip keeps an installed torch of another CUDA build, since that one already satisfies "torch"."""
+    return f"pip uninstall -y torch && pip install torch --index-url {torch_index_url(toolkit)}"
+
+
+def cuda_mismatch(torch_cuda: str | None, toolkit: str | None, torch_version: str, cuda_home: str | Path) -> str | None:
+    """None when torch (torch.version.cuda) and the toolkit at cuda_home (version `toolkit`) share a CUDA major
+    version, else what setup.py stops with: both versions and the command that installs the torch for the toolkit.
+    An extension compiled by another major version than torch's fails to load, or loads and fails at its first kernel
+    launch. A toolkit whose version could not be read (None) is compared with nothing: torch's build checks it later."""
+    again = f"then run the install again ({INSTALL_COMMAND})"
+    if torch_cuda is None:
+        if toolkit is None:
+            install = ("the torch for your CUDA toolkit's version, e.g. for CUDA 13.0:\n"
+                       f"    {torch_install_command('13.0')}")
+        else:
+            install = f"the torch for CUDA {toolkit} (the toolkit at {cuda_home}):\n    {torch_install_command(toolkit)}"
+        return (f"error: torch {torch_version} is a CPU-only build (torch.version.cuda is None); tk_ops compiles CUDA "
+                f"kernels against torch's CUDA build. Install {install}\n{again}.")
+    if toolkit is None or torch_cuda.split(".")[0] == toolkit.split(".")[0]:
+        return None
+    return (f"error: torch {torch_version} is built for CUDA {torch_cuda}, but the CUDA toolkit at {cuda_home} is "
+            f"CUDA {toolkit}: the extension must be compiled by the CUDA major version that torch runs on. Install the "
+            f"torch for CUDA {toolkit}:\n    {torch_install_command(toolkit)}\n"
+            f"or point CUDA_HOME at a CUDA {torch_cuda.split('.')[0]} toolkit (`export CUDA_HOME=...; source env.src`); "
+            f"{again}.")

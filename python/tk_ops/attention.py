@@ -51,13 +51,8 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
     visible keys of exp(score) per query row (-inf for a row that sees no key). Both are differentiable
     (a loss that uses LSE costs a second backward kernel call)."""
     window = _checked_options(causal, scale, window, softcap)
-    try:
-        return _ext.ops("attention").attention_fwd(q, k, v, causal, scale, window[0], window[1], float(softcap))
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.attention", "attention_fwd",
-                            (q, k, v, causal, scale, window[0], window[1], softcap)) from None
+    return _ext.call("attention", "attention_fwd", "tk_ops.attention", q, k, v, causal, scale, window[0], window[1],
+                     float(softcap))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -105,14 +100,8 @@ def attention_varlen_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if not (_is_int(max_seqlen_q) and _is_int(max_seqlen_k)):
         raise InputError("tk_ops.attention_varlen: max_seqlen_q and max_seqlen_k must be Python ints, got "
                          f"{max_seqlen_q!r} and {max_seqlen_k!r}")
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window[0], window[1],
-            float(softcap))
-    try:
-        return _ext.ops("attention").attention_varlen_fwd(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.attention_varlen", "attention_varlen_fwd", args) from None
+    return _ext.call("attention", "attention_varlen_fwd", "tk_ops.attention_varlen", q, k, v, cu_seqlens_q,
+                     cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window[0], window[1], float(softcap))
 
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,

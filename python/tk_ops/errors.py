@@ -32,17 +32,3 @@ class InputError(TkOpsError, ValueError):
 class DTypeError(TkOpsError, TypeError):
     """An argument has a dtype (or type) the op does not accept."""
 
-
-class BackwardNotBuiltError(TkOpsError, NotImplementedError):
-    """The op was asked for a gradient that tk_ops does not compute yet."""
-
-
-def refuse_gradients(op: str, tensors) -> None:
-    """Raise BackwardNotBuiltError if grad mode is on and any of `tensors` (None allowed) requires a gradient: for
-    ops whose backward is not built, so that training fails loudly instead of silently getting no gradient."""
-    import torch
-
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise BackwardNotBuiltError(
-            f"{op}: the backward is not built yet, so no input may require a gradient; "
-            "call it under torch.no_grad() or pass detached tensors")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 
 from . import _ext
-from .errors import InputError
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -26,12 +25,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     read in place. Any M and K; N must be a multiple of 8, and K or M too (TMA moves rows whose stride is a
     multiple of 16 bytes).
     """
-    try:
-        return _ext.ops("gemm").matmul(a, b)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.matmul", "matmul", (a, b)) from None
+    return _ext.call("gemm", "matmul", "tk_ops.matmul", a, b)
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -43,19 +37,4 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Scales as torch._scaled_mm takes them: one element each (per tensor), or ``scale_a`` (M, 1), one per row of
     ``a``, and ``scale_b`` (1, N), one per column of ``b`` (row-wise scaling); either may also stay per tensor.
     """
-    try:
-        return _ext.ops("gemm").scaled_mm(a, b, scale_a, scale_b, out_dtype)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.scaled_mm", "scaled_mm", (a, b, scale_a, scale_b, out_dtype)) from None
-
-
-def force_config(name: str) -> None:
-    """Debugging switch, not for normal use: every later GEMM of this process runs the named kernel
-    configuration ("big", "hinted", "resident", "small" or "tiny"; see kernels/gemm/gemm.h) instead of the one
-    its shape picks, so that tests and tuning tools reach each configuration on any shape. "auto" restores the
-    shape-based choice."""
-    if not _ext.require("gemm").gemm_force_config(name):
-        raise InputError(f"tk_ops.gemm.force_config: unknown configuration {name!r}; "
-                              "use big, hinted, resident, small, tiny or auto")
+    return _ext.call("gemm", "scaled_mm", "tk_ops.scaled_mm", a, b, scale_a, scale_b, out_dtype)

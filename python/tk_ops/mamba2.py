@@ -31,7 +31,7 @@ sequence to ``state`` in place, like mamba_ssm's ``selective_state_update`` for 
 (b, g, n) in x's dtype; D (h,) or (h, p), dt_bias (h,) float32; n one of 16, 32, 64, 128, 256, any p. The token may be a
 strided view (slices of one projection). dt gets dt_bias and softplus but, as in mamba_ssm's step, no dt_limit clamp.
 Returns y (b, h, p) in x's dtype; it has no gradient, and a state that requires one is refused. The op is
-``torch.ops.tk_ops.mamba2_step`` (kernels/mamba2/step_binding.cpp, which holds its rules); the float64 reference is
+``torch.ops.tk_ops.mamba2_step`` (kernels/mamba2/binding.cpp, which holds its rules); the float64 reference is
 ``tk_ops.reference.mamba2_step``.
 """
 from __future__ import annotations
@@ -58,14 +58,9 @@ def mamba2_chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: tor
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
         raise InputError(f"tk_ops.mamba2_chunk_scan: chunk_size must be an int (64, 128 or 256), got "
                          f"{type(chunk_size).__name__}")
-    args = (x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max,
-            return_final_states)
-    try:
-        out, final_states = _ext.ops("mamba2").mamba2_chunk_scan_fwd(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.mamba2_chunk_scan", "mamba2_chunk_scan_fwd", args) from None
+    out, final_states = _ext.call("mamba2", "mamba2_chunk_scan_fwd", "tk_ops.mamba2_chunk_scan", x, dt, A, B, C,
+                                  chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max,
+                                  return_final_states)
     return (out, final_states) if return_final_states else out
 
 
@@ -77,13 +72,7 @@ def mamba2_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch
     if not isinstance(dt_softplus, bool):
         # The one thing the op cannot see: torch would take dt_softplus=1 for True.
         raise InputError(f"tk_ops.mamba2_step: dt_softplus must be a bool, got {type(dt_softplus).__name__}")
-    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
-    try:
-        return _ext.ops("mamba2").mamba2_step(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.mamba2_step", "mamba2_step", args) from None
+    return _ext.call("mamba2", "mamba2_step", "tk_ops.mamba2_step", state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
 
 
 def _limits(dt_limit) -> tuple[float, float]:

@@ -1,10 +1,13 @@
 """GEMM API checks that need no GPU: the ops' argument rules (kernels/gemm/binding.cpp), which their CPU and Meta
 kernels run as the CUDA kernels do, and the output shapes the Meta kernels give torch.compile. They need the
 extension built (no GPU needed for that)."""
+import re
+
 import pytest
 import torch
 
 import tk_ops
+from tk_ops._testing import gemm as testing
 from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 
 from ..util import skip_unless_built
@@ -151,3 +154,78 @@ def test_scaled_mm_meta_and_messages():
         tk_ops.scaled_mm(a8, w8.t(), 1.0, s)
     with pytest.raises(InputError, match="out_dtype must be a torch.dtype, got str"):
         tk_ops.scaled_mm(a8, w8.t(), s, s, "bfloat16")
+
+
+# -- the testing ops (tk_ops_testing, tk_ops._testing.gemm): the public rules plus the configuration's -------------
+
+def test_no_process_wide_configuration_switch():
+    assert not hasattr(torch.ops.tk_ops, "gemm_force_config") and not hasattr(tk_ops.gemm, "force_config")
+
+
+def test_testing_ops_take_every_configuration():
+    a8, w8, s = meta(100, 64, dtype=torch.float8_e4m3fn), meta(48, 64, dtype=torch.float8_e4m3fn), meta(1, dtype=torch.float32)
+    for config in ("auto", *testing.CONFIGS):
+        assert testing.matmul(meta(100, 64), meta(64, 72), config).shape == (100, 72)
+        assert testing.linear(meta(3, 5, 64), meta(24, 64), meta(24), config).shape == (3, 5, 24)
+    for config in ("auto", *testing.FP8_CONFIGS):
+        out = testing.scaled_mm(a8, w8.t(), s, s, torch.float32, config)
+        assert out.shape == (100, 48) and out.dtype == torch.float32
+
+
+def test_testing_ops_name_the_configurations():
+    """An unknown name is refused with the list the kernels have, which is the list the tests run."""
+    names = ", ".join(("auto", *testing.CONFIGS))
+    with pytest.raises(ValueError, match=f"tk_ops_testing.matmul: config must be one of {names}; got 'huge'"):
+        testing.matmul(meta(16, 16), meta(16, 16), "huge")
+    with pytest.raises(ValueError, match="tk_ops_testing.linear: config must be one of"):
+        testing.linear(meta(16, 16), meta(16, 16), None, "")
+
+
+def test_resident_holds_short_contractions_only():
+    assert testing.cannot_run("resident", 128, 128, 256) is None
+    why = testing.cannot_run("resident", 128, 128, 264)
+    assert "config 'resident' holds contractions of at most 256 (its B panel), got K=264" in why
+    assert all(testing.cannot_run(c, 128, 128, 264) is None for c in testing.CONFIGS if c != "resident")
+
+
+def test_fp8_runs_its_own_configurations():
+    for config in ("auto", *testing.FP8_CONFIGS):
+        assert testing.cannot_run(config, 64, 64, 64, fp8=True) is None
+    for config in set(testing.CONFIGS) - set(testing.FP8_CONFIGS):
+        assert "the fp8 kernel runs config auto, big, small or tiny" in testing.cannot_run(config, 64, 64, 64, fp8=True)
+
+
+def test_testing_ops_keep_the_public_rules():
+    with pytest.raises(ValueError, match="tk_ops_testing.matmul: a is 16x24 but b is 16x16: inner dimensions must match"):
+        testing.matmul(meta(16, 24), meta(16, 16), "big")
+    with pytest.raises(TypeError, match="tk_ops_testing.linear: x must be torch.bfloat16, got torch.float32"):
+        testing.linear(meta(3, 16, dtype=torch.float32), meta(24, 16), None, "tiny")
+    with pytest.raises(ValueError, match=re.escape("tk_ops_testing.scaled_mm: b must be column-major")):
+        a8 = meta(32, 64, dtype=torch.float8_e4m3fn)
+        testing.scaled_mm(a8, meta(64, 48, dtype=torch.float8_e4m3fn), meta(1, dtype=torch.float32),
+                          meta(1, dtype=torch.float32), torch.bfloat16, "small")
+
+
+def test_testing_ops_refuse_cpu_tensors():
+    s = torch.ones(1)
+    with pytest.raises(ValueError, match=r"tk_ops_testing.matmul: tk_ops kernels run on CUDA tensors, but a is on "
+                                         r"cpu; move it with \.cuda\(\)"):
+        testing.matmul(bf16(16, 16), bf16(16, 16), "big")
+    with pytest.raises(ValueError, match="tk_ops_testing.linear: tk_ops kernels run on CUDA tensors, but x is on cpu"):
+        testing.linear(bf16(3, 16), bf16(24, 16), None, "auto")
+    with pytest.raises(ValueError, match="tk_ops_testing.scaled_mm: tk_ops kernels run on CUDA tensors, but a is on"):
+        testing.scaled_mm(torch.randn(32, 64).to(torch.float8_e4m3fn), torch.randn(48, 64).to(torch.float8_e4m3fn).t(),
+                          s, s, torch.bfloat16, "tiny")
+
+
+def test_gemm_config_rules():
+    with pytest.raises(ValueError, match="M, N and K must be positive and below 2"):
+        testing.gemm_config(0, 64, 64)
+    with pytest.raises(TypeError, match="in_dtype must be torch.bfloat16 or torch.float8_e4m3fn, got torch.float32"):
+        testing.gemm_config(64, 64, 64, torch.float32)
+    with pytest.raises(ValueError, match="the bf16 GEMM's out_dtype is bfloat16, got torch.float32"):
+        testing.gemm_config(64, 64, 64, torch.bfloat16, torch.float32)
+    with pytest.raises(ValueError, match="the fp8 GEMM has no bias"):
+        testing.gemm_config(64, 64, 64, torch.float8_e4m3fn, bias=True)
+    with pytest.raises(ValueError, match="out_dtype must be bfloat16, float16 or float32"):
+        testing.gemm_config(64, 64, 64, torch.float8_e4m3fn, torch.int32)

@@ -14,7 +14,7 @@ import torch
 import tk_ops
 import tk_ops.nn as tk_nn
 from tk_ops import reference
-from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
+from tk_ops.errors import DTypeError, InputError
 
 from ..util import cpu_linear, read_in_place, skip_unless_built
 
@@ -264,14 +264,16 @@ def meta_module():
 
 
 def test_packed_rejects_bad_arguments(meta_module):
+    """The offsets and max_seqlen are checked by tk_ops.attention_varlen, which names them as its own arguments; the
+    input's shape by the module."""
     m, cu, x = meta_module, meta(4, dtype=torch.int32), meta(30, 256)
-    with pytest.raises(DTypeError, match="cu_seqlens must be int32"):
+    with pytest.raises(DTypeError, match="tk_ops.attention_varlen: cu_seqlens_q must be int32"):
         m(x, meta(4, dtype=torch.int64))
-    with pytest.raises(DTypeError, match="cu_seqlens must be an int32 tensor"):
+    with pytest.raises(DTypeError, match="cu_seqlens_q must be a torch.Tensor, got list"):
         m(x, [0, 10, 30])
-    with pytest.raises(InputError, match=r"cu_seqlens must be 1-D with \(documents \+ 1\) offsets"):
+    with pytest.raises(InputError, match=r"cu_seqlens_q must be 1-D with \(documents \+ 1\) offsets"):
         m(x, meta(2, 2, dtype=torch.int32))
-    with pytest.raises(InputError, match=r"cu_seqlens must be 1-D"):
+    with pytest.raises(InputError, match=r"cu_seqlens_q must be 1-D"):
         m(x, meta(0, dtype=torch.int32))
     with pytest.raises(InputError, match=r"\(total_tokens, 256\) or \(1, total_tokens, 256\)"):
         m(meta(2, 15, 256), cu)
@@ -279,8 +281,10 @@ def test_packed_rejects_bad_arguments(meta_module):
         m(meta(30, 128), cu)
     with pytest.raises(InputError, match=r"\(total_tokens, 256\)"):
         m(meta(1, 1, 30, 256), cu)
-    for bad in (-1, 3.0, True, "30"):
-        with pytest.raises(InputError, match="max_seqlen must be None or a Python int >= 0"):
+    with pytest.raises(InputError, match="max_seqlen_q and max_seqlen_k must be >= 0"):
+        m(x, cu, -1)
+    for bad in (3.0, True, "30"):
+        with pytest.raises(InputError, match="max_seqlen_q and max_seqlen_k must be Python ints"):
             m(x, cu, bad)
     with pytest.raises(InputError, match="max_seqlen is only taken with cu_seqlens"):
         m(meta(2, 15, 256), max_seqlen=15)

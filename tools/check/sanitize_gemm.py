@@ -1,9 +1,11 @@
 """Small GEMM calls for compute-sanitizer (memcheck / racecheck / synccheck): every kernel variant once,
 ragged shapes included, so the tools see edge tiles, the block configurations, every operand order, the
-bias epilogue and split-K."""
+bias epilogue and split-K. The shapes below reach each configuration where it is picked; the loop at the end names
+every one on a ragged shape through the testing ops."""
 import torch
 
 import tk_ops
+from tk_ops._testing import gemm as testing
 
 torch.manual_seed(0)
 for m, n, k in [(200, 264, 72), (129, 136, 4104), (1, 8, 8)]:
@@ -55,5 +57,26 @@ for m, n in [(2048, 4104), (200, 136)]:
     ref = torch.nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2, (m, n)
     y.sum().backward()
+# Every configuration on one ragged shape (K = 72: the resident panel holds it), in every operand order and with the
+# bias epilogue; the fp8 ones per tensor.
+m, n, k = 200, 264, 72
+for config in testing.CONFIGS:
+    for a_t in (False, True):
+        for b_t in (False, True):
+            a = torch.randn(k, m, device="cuda").bfloat16().t() if a_t else torch.randn(m, k, device="cuda").bfloat16()
+            b = torch.randn(n, k, device="cuda").bfloat16().t() if b_t else torch.randn(k, n, device="cuda").bfloat16()
+            out = testing.matmul(a, b, config)
+            ref = a.double() @ b.double()
+            assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, (config, a_t, b_t)
+    x, w = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
+    bias = torch.randn(n, device="cuda").bfloat16()
+    ref = torch.nn.functional.linear(x.double(), w.double(), bias.double())
+    y = testing.linear(x, w, bias, config)
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2, (config, "bias")
+a8, w8 = torch.randn(m, 64, device="cuda").to(torch.float8_e4m3fn), torch.randn(n, 64, device="cuda").to(torch.float8_e4m3fn)
+for config in testing.FP8_CONFIGS:
+    out = testing.scaled_mm(a8, w8.t(), one, one, torch.bfloat16, config)
+    ref = a8.double() @ w8.double().t()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, (config, "fp8")
 torch.cuda.synchronize()
 print("sanitize_gemm: done")

@@ -7,16 +7,16 @@
 //
 // Stamps come from the first thread of each consumer warpgroup. They slow the kernel down (both times are printed):
 // read the result as a breakdown, and time changes with the unstamped kernel. A step's owner runs the dQ product of
-// its previous step at the end of this one (attn_bwd_kernel.cuh), so "with dQ" steps are those of the owner.
+// its previous step at the end of this one (attention_bwd_kernel.cuh), so "with dQ" steps are those of the owner.
 //
-// link: kernels/attention/attn_bwd_prep.cu
+// link: kernels/attention/attention_bwd_prep.cu
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "attention/attn_bwd_launch.cuh"
-#include "attention/attn_fwd_launch.cuh"
+#include "attention/attention_bwd_launch.cuh"
+#include "attention/attention_fwd_launch.cuh"
 #include "timeline.cuh"
 
 using namespace tk_attention;

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "attention/attn_fwd_launch.cuh"
+#include "attention/attention_fwd_launch.cuh"
 #include "timeline.cuh"
 
 using namespace tk_attention;

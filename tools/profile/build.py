@@ -4,8 +4,9 @@
 
 The flags and include directories are the extension's (python/tk_ops/_build_config.py), plus the tool's own folder
 for the helpers the tools beside it share (timeline.cuh). A tool that needs more translation units names them in
-its source, one per line, as `// link: kernels/attention/attn_bwd_prep.cu`. Building needs no GPU: with --check the executable
-goes to a temporary folder and is deleted, which is what a CPU test runs to prove that every tool still builds.
+its source, one per line, as `// link: kernels/attention/attention_bwd_prep.cu`. Building needs no GPU: with
+--check the executable goes to a temporary folder and is deleted, which is what a CPU test runs to prove that every
+tool still builds.
 """
 from __future__ import annotations
 

@@ -84,7 +84,8 @@ template <typename K> struct stamped : timeline::wrapped<stamped<K>, K, consumer
 };
 
 template <typename G> float time_us(const bf16 *a, const bf16 *b, bf16 *c, int M, int N, int K, int reps) {
-    return timeline::time_us([&] { launch_gemm<G>(a, b, c, M, N, K, nullptr, nullptr, 0); }, reps);
+    const gemm_problem p{.a = a, .b = b, .a_kmajor = true, .b_kmajor = true, .c = c, .M = M, .N = N, .K = K};
+    return timeline::time_us([&] { launch_gemm<G>(p, 0); }, reps);
 }
 
 template <typename G> int run(int M, int N, int K) {
@@ -146,8 +147,8 @@ int main(int argc, char **argv) {
     const int K = argc > 2 ? std::atoi(argv[2]) : 256, M = argc > 3 ? std::atoi(argv[3]) : 4096, N = M;
     if (std::strcmp(config, "hinted") == 0) return run<timed<false>>(M, N, K);
     if (std::strcmp(config, "resident") == 0) {
-        if (K > RESIDENT_B_SLICES * slice_k(sizeof(bf16))) {
-            std::printf("the resident configuration holds K <= %d\n", RESIDENT_B_SLICES * slice_k(sizeof(bf16)));
+        if (K > resident_max_k(sizeof(bf16))) {
+            std::printf("the resident configuration holds K <= %d\n", resident_max_k(sizeof(bf16)));
             return 1;
         }
         return run<timed<true>>(M, N, K);

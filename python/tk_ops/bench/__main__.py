@@ -27,12 +27,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                                             "time per eager call (overhead).")
     p.add_argument("family", choices=families(),
                    help="kernel family to benchmark, or overhead: host microseconds per eager call")
-    p.add_argument("--backward", action="store_true", help="time the backward pass instead of the forward")
+    p.add_argument("--backward", action="store_true",
+                   help="time training work instead of the forward: gemm and attention time the backward pass alone; "
+                        "based, mamba2 and fftconv a training step (forward + backward)")
     p.add_argument("--out", type=Path, default=Path("bench_out"),
                    help="folder for <family>.json and <family>.png (default: bench_out/)")
     p.add_argument("--quick", action="store_true", help="a few sizes and fewer repetitions, for a smoke test")
     p.add_argument("--masks", action="store_true",
                    help="attention only: sliding windows, softcap and packed documents against FlexAttention")
+    p.add_argument("--config", default=None,
+                   help="gemm only: our forward products in this named kernel configuration "
+                        "(tk_ops._testing.gemm.CONFIGS) instead of each shape's own pick")
     p.add_argument("--reps", type=int, default=None,
                    help="timed calls per measurement (median kept); for overhead, timed runs of many calls")
     return p.parse_args(argv)
@@ -48,10 +53,15 @@ def main(argv=None) -> int:
     if args.masks and args.family != "attention":
         print("error: --masks applies to the attention benchmark only", file=sys.stderr)
         return 2
+    if args.config and (args.family != "gemm" or args.backward):
+        print("error: --config applies to the gemm benchmark's forward products only", file=sys.stderr)
+        return 2
     module = importlib.import_module(f"{__package__}.{args.family}")
     if hasattr(module, "main"):  # a benchmark with its own measurement and table (overhead)
         return module.main(args)
     options = {"masks": True} if args.masks else {}
+    if args.config:
+        options["config"] = args.config
     cases = module.cases(quick=args.quick, backward=args.backward, **options)
     reps = args.reps or (10 if args.quick else 30)
     warmup = 3 if args.quick else 10

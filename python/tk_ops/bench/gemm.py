@@ -4,6 +4,9 @@ column of b). FLOPs = 2*M*N*K.
 
 --backward times the gradients of a bf16 matmul (dA = dC @ B^T and dB = A^T @ dC, 4*M*N*K
 FLOPs) through autograd; fp8 has no backward op, so it is left out then.
+
+--config NAME times our forward products in that kernel configuration (kernels/gemm/gemm_configs.cuh) instead of the
+one each shape picks, through the testing ops (tk_ops._testing.gemm); sizes the configuration cannot run are left out.
 """
 from __future__ import annotations
 
@@ -21,10 +24,15 @@ def _label(m: int, n: int, k: int) -> str:
     return f"{m}x{n}x{k}"
 
 
-def bf16_case(m: int, n: int, k: int, backward: bool, weight_layout: bool = False) -> Case:
+def _ours_name(config: str) -> str:
+    return "tk_ops" if config == "auto" else f"tk_ops ({config})"
+
+
+def bf16_case(m: int, n: int, k: int, backward: bool, weight_layout: bool = False, config: str = "auto") -> Case:
     """bf16 a @ b with b (K, N) row-major, or with weight_layout b = w.t() for a (N, K) row-major w: the
-    nn.Linear case, which reads B K-major."""
+    nn.Linear case, which reads B K-major. Ours in `config` ("auto": the public op)."""
     import tk_ops
+    from tk_ops._testing import gemm as testing
 
     def make_inputs():
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
@@ -34,7 +42,11 @@ def bf16_case(m: int, n: int, k: int, backward: bool, weight_layout: bool = Fals
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
         return a, b
 
-    impls = [("tk_ops", tk_ops.matmul, True), ("torch", torch.matmul, False)]
+    def in_config(a, b):
+        return testing.matmul(a, b, config)
+
+    ours = tk_ops.matmul if config == "auto" else in_config
+    impls = [(_ours_name(config), ours, True), ("torch", torch.matmul, False)]
     group = "bf16, b = w.t()" if weight_layout else "bf16"
     if backward:
         timed = [(name, *backward_of(f), ours) for name, f, ours in impls]
@@ -44,8 +56,9 @@ def bf16_case(m: int, n: int, k: int, backward: bool, weight_layout: bool = Fals
                 [Impl(name, f, ours) for name, f, ours in impls])
 
 
-def fp8_case(m: int, n: int, k: int, rowwise: bool = False) -> Case:
+def fp8_case(m: int, n: int, k: int, rowwise: bool = False, config: str = "auto") -> Case:
     import tk_ops
+    from tk_ops._testing import gemm as testing
 
     def make_inputs():
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
@@ -55,18 +68,30 @@ def fp8_case(m: int, n: int, k: int, rowwise: bool = False) -> Case:
         return a, b_t, scale_a, scale_b
 
     def ours(a, b_t, scale_a, scale_b):
-        return tk_ops.scaled_mm(a, b_t.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+        if config == "auto":
+            return tk_ops.scaled_mm(a, b_t.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+        return testing.scaled_mm(a, b_t.t(), scale_a, scale_b, torch.bfloat16, config)
 
     def peer(a, b_t, scale_a, scale_b):
         return torch._scaled_mm(a, b_t.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
 
     return Case("fp8 e4m3, row-wise scales" if rowwise else "fp8 e4m3", _label(m, n, k), (m, n, k), 2.0 * m * n * k, make_inputs,
-                [Impl("tk_ops", ours, ours=True), Impl("torch._scaled_mm", peer)])
+                [Impl(_ours_name(config), ours, ours=True), Impl("torch._scaled_mm", peer)])
 
 
-def cases(quick: bool = False, backward: bool = False) -> list[Case]:
+def cases(quick: bool = False, backward: bool = False, config: str = "auto") -> list[Case]:
     sizes = QUICK_SIZES if quick else SIZES
-    out = [bf16_case(*s, backward) for s in sizes] + [bf16_case(*s, backward, weight_layout=True) for s in sizes]
+    if config == "auto":
+        bf16_sizes = fp8_sizes = sizes
+    else:
+        if backward:
+            raise ValueError("a named configuration times the forward products only (the testing ops have no backward)")
+        from tk_ops._testing import gemm as testing
+        bf16_sizes = [s for s in sizes if testing.cannot_run(config, *s) is None]
+        fp8_sizes = [s for s in sizes if testing.cannot_run(config, *s, fp8=True) is None]
+    out = [bf16_case(*s, backward, config=config) for s in bf16_sizes]
+    out += [bf16_case(*s, backward, weight_layout=True, config=config) for s in bf16_sizes]
     if not backward:
-        out += [fp8_case(*s) for s in sizes] + [fp8_case(*s, rowwise=True) for s in sizes]
+        out += [fp8_case(*s, config=config) for s in fp8_sizes]
+        out += [fp8_case(*s, rowwise=True, config=config) for s in fp8_sizes]
     return out

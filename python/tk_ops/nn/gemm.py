@@ -11,12 +11,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     # One op, forward and backward in C++ (kernels/gemm/autograd.cpp), its checks included: a Python autograd
     # formula would cost more host time per call than the GEMM itself at small sizes, and dW comes out in the
     # weight's own layout, so nothing is copied between the GEMMs and the optimizer.
-    try:
-        return _ext.ops("gemm").linear(x, weight, bias)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.nn.Linear", "linear", (x, weight, bias)) from None
+    return _ext.call("gemm", "linear", "tk_ops.nn.Linear", x, weight, bias)
 
 
 class Linear(torch.nn.Linear):

@@ -44,9 +44,6 @@ class Mamba2(torch.nn.Module):
     softplus already makes dt positive).
     """
 
-    # The chunked scan forward runs: mamba2_chunk_scan's signature (a PyTorch twin of the module may swap in its own).
-    scan = staticmethod(mamba2_chunk_scan)
-
     def __init__(self, d_model: int, d_state: int = 128, d_conv: int = 4, expand: int = 2, headdim: int = 64,
                  ngroups: int = 1, chunk_size: int = 256, A_init_range: tuple[float, float] = (1.0, 16.0),
                  D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False,
@@ -117,6 +114,11 @@ class Mamba2(torch.nn.Module):
         D = self.D.float()
         return A, (D.view(self.nheads, self.headdim) if self.D_has_hdim else D), self.dt_bias.float()
 
+    def _chunk_scan(self, *args, **kwargs):
+        """The chunked scan of forward: tk_ops.mamba2_chunk_scan (a subclass that computes the same scan otherwise,
+        such as the PyTorch twin of examples/train_mamba2.py, overrides this)."""
+        return mamba2_chunk_scan(*args, **kwargs)
+
     def _finish(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The gated norm (or nothing: without rmsnorm the scan already gated y) and the output projection; y and z
         (..., d_inner)."""
@@ -149,9 +151,9 @@ class Mamba2(torch.nn.Module):
         x, B, C = self._split_conv_output(xBC.transpose(1, 2).contiguous())
         A, D, dt_bias = self._scan_parameters()
         gate = None if self.rmsnorm else z.unflatten(-1, (self.nheads, self.headdim))
-        out = self.scan(x, dt.float(), A, B, C, self.chunk_size, D=D, z=gate, dt_bias=dt_bias,
-                                initial_states=ssm_state, dt_softplus=True, dt_limit=self.dt_limit,
-                                return_final_states=ssm_state is not None)
+        out = self._chunk_scan(x, dt.float(), A, B, C, self.chunk_size, D=D, z=gate, dt_bias=dt_bias,
+                               initial_states=ssm_state, dt_softplus=True, dt_limit=self.dt_limit,
+                               return_final_states=ssm_state is not None)
         if ssm_state is not None:
             y, final = out
             with torch.no_grad():
@@ -193,6 +195,8 @@ class Mamba2(torch.nn.Module):
                 torch.zeros(batch, self.nheads, self.headdim, self.d_state, device=device, dtype=torch.float32))
 
     def _check_cache(self, cache, batch: int):
+        # The cache as a whole, before anything in it is updated in place: the ops would see only ssm_state, and only
+        # after conv_state had moved on.
         shapes = ((batch, self.conv_dim, self.d_conv), (batch, self.nheads, self.headdim, self.d_state))
         if (not isinstance(cache, (tuple, list)) or len(cache) != 2
                 or not all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 and tuple(t.shape) == s

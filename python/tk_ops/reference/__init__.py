@@ -1,8 +1,8 @@
 """Plain-PyTorch references in high precision, one module per kernel family, used by the tests and the
 benchmarks' checks: ``tk_ops.reference.matmul(a, b)``, ``tk_ops.reference.attention(q, k, v, causal=True)``, ...
-They are written from the ops' documented semantics, independently of the kernels. The families whose kernels are
-still to come (Based, Mamba-2, FFT convolution) have theirs already: they define the semantics the kernels will
-be tested against."""
+They are written from the ops' documented semantics, independently of the kernels, and define what the kernels are
+tested against: the forward passes, and the backward passes through the references' own gradients in float64 (by
+autograd; attention's also written out)."""
 from .attention import attention, attention_backward, attention_varlen, attention_visible
 from .based import based, based_step
 from .fftconv import fftconv, fftconv_spectrum, monarch_fft

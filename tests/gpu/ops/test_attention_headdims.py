@@ -1,7 +1,7 @@
 """tk_ops.attention at head dimensions 96 and 256 against the float64 references on the GPU, forward (O and the
 log-sum-exp) and backward (dQ, dK, dV): causal or not, MHA / GQA / MQA, ragged and cross-attention lengths, bf16
 and fp16, strided views. D = 96 runs 64-byte-swizzled tiles of three chunks; D = 256 runs the two-consumer forward
-with one Q slot and the backward whose consumers split the head dimensions (kernels/attention/attn_configs.h)."""
+with one Q slot and the backward whose consumers split the head dimensions (kernels/attention/attention_configs.cuh)."""
 import pytest
 import torch
 

@@ -1,14 +1,52 @@
-"""tk_ops.matmul / scaled_mm / nn.Linear against float64 references on the GPU."""
+"""tk_ops.matmul / scaled_mm / nn.Linear against float64 references on the GPU, in the configuration each shape
+picks and in every other one (named through the testing ops, tk_ops._testing.gemm)."""
+import contextlib
+
 import pytest
 import torch
 
 import tk_ops
 from tk_ops import reference
+from tk_ops._testing import gemm as testing
 from tk_ops.errors import InputError
 
 from ..util import assert_close, fresh_pool_with_nan, rel_err
 
 BF16_TOL = 1e-2  # bf16 output rounding of an fp32-accumulated product lands near 3e-3
+
+
+# "auto": the public op, in the configuration the shape picks; a name: that configuration through the testing op.
+BF16_CONFIGS = ["auto", *testing.CONFIGS]
+FP8_CONFIGS = ["auto", *testing.FP8_CONFIGS]
+
+
+def skip_unless_runs(config, m, n, k, fp8=False):
+    why = testing.cannot_run(config, m, n, k, fp8)
+    if why:
+        pytest.skip(why)
+
+
+def matmul_in(config, a, b):
+    return tk_ops.matmul(a, b) if config == "auto" else testing.matmul(a, b, config)
+
+
+def linear_in(config, x, w, bias):
+    return torch.ops.tk_ops.linear(x, w, bias) if config == "auto" else testing.linear(x, w, bias, config)
+
+
+def scaled_mm_in(config, a, b, scale_a, scale_b, out_dtype):
+    if config == "auto":
+        return tk_ops.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)
+    return testing.scaled_mm(a, b, scale_a, scale_b, out_dtype, config)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(on=True):
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def make_operand(rows, cols, transposed, dtype=torch.bfloat16):
@@ -27,18 +65,67 @@ SHAPES = [(1000, 1000, 1024), (4097, 3064, 2048), (1, 256, 512), (1, 8, 8), (129
           (2048, 8192, 256)]
 
 
+@pytest.mark.parametrize("config", BF16_CONFIGS)
 @pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("a_t", [False, True], ids=["a_row", "a_t"])
 @pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_t"])
-def test_matmul(mnk, a_t, b_t):
+def test_matmul(mnk, a_t, b_t, config):
     m, n, k = mnk
     if a_t and m % 8:
         pytest.skip("a transposed view with M % 8 != 0 is copied first: covered by the a_row case")
+    skip_unless_runs(config, m, n, k)
     a, b = make_operand(m, k, a_t), make_operand(k, n, b_t)
     fresh_pool_with_nan(m * n, torch.bfloat16)
-    out = tk_ops.matmul(a, b)
+    out = matmul_in(config, a, b)
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
-    assert_close(out, reference.matmul(a, b), BF16_TOL, f"matmul {mnk}")
+    assert_close(out, reference.matmul(a, b), BF16_TOL, f"matmul {mnk} in {config}")
+
+
+@pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_testing_matmul_runs_the_public_ops_pick(mnk):
+    """The testing op in the configuration gemm_config names gives the public op's result bit for bit. Split-K adds
+    its ranges in an order that varies from run to run: where the shape splits, both run under
+    torch.use_deterministic_algorithms, which keeps the op unsplit."""
+    m, n, k = mnk
+    a, b = make_operand(m, k, False), make_operand(k, n, True)
+    with deterministic_algorithms(testing.gemm_config(m, n, k) == "split"):
+        picked = testing.gemm_config(m, n, k)
+        assert picked in testing.CONFIGS
+        assert torch.equal(testing.matmul(a, b, picked), tk_ops.matmul(a, b)), picked
+
+
+# The configurations the selection (kernels/gemm/gemm_configs.cuh) picks on a GPU of 132 SMs (H100 SXM, H200).
+PICKS_ON_132_SMS = [
+    ((1024, 1024, 1024), "tiny"),  # 64 tasks of 128 x 128: at most half the SMs busy
+    ((2048, 1024, 512), "small"),  # 64 tasks of 128 x 256, 128 of 128 x 128
+    ((4096, 4096, 256), "resident"),  # K <= 256, runs of 1 task in columns of 32
+    ((640, 16384, 256), "hinted"),  # K <= 256, but runs of 3 tasks cross columns of 5
+    ((4096, 4096, 512), "hinted"),
+    ((4096, 4096, 4096), "big"),
+    ((512, 512, 8192), "split"),  # 32 tiny tasks over 128 K-slices: 4 ranges
+]
+
+
+@pytest.mark.parametrize("mnk,picked", PICKS_ON_132_SMS, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_gemm_config_names_the_pick(mnk, picked):
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the table is for GPUs of 132 SMs")
+    assert testing.gemm_config(*mnk) == picked
+    # A bias rules split-K out, and so does torch.use_deterministic_algorithms: the tiny blocks run unsplit.
+    unsplit = "tiny" if picked == "split" else picked
+    assert testing.gemm_config(*mnk, bias=True) == unsplit
+    with deterministic_algorithms():
+        assert testing.gemm_config(*mnk) == unsplit
+
+
+@pytest.mark.parametrize("mn,out_dtype,picked", [((1024, 1024), torch.bfloat16, "tiny"),
+                                                 ((2000, 1024), torch.bfloat16, "small"),
+                                                 ((2000, 1024), torch.float32, "big"),  # 128 x 128 with fp32 out
+                                                 ((4097, 2056), torch.float16, "big")], ids=str)
+def test_gemm_config_names_the_fp8_pick(mn, out_dtype, picked):
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the table is for GPUs of 132 SMs")
+    assert testing.gemm_config(*mn, 512, torch.float8_e4m3fn, out_dtype) == picked
 
 
 @pytest.mark.parametrize("b_t", [False, True], ids=["b_row", "b_t"])
@@ -112,19 +199,20 @@ def test_matmul_grad_only_where_required():
     assert a.grad is not None and b.grad is None
 
 
+@pytest.mark.parametrize("config", FP8_CONFIGS)
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 # By block size picked: 64 x 128 blocks for (1024, 1024, 1024), (1000, 520, 272) and (1, 64, 128); 128 x 128 for
-# (2000, 1024, 512); 128 x 256 (128 x 128 with an fp32 output) for (4097, 2056, 2048).
+# (2000, 1024, 512) (128 x 256 with an fp32 output); 128 x 256 (128 x 128 with an fp32 output) for (4097, 2056, 2048).
 @pytest.mark.parametrize("mnk", [(1024, 1024, 1024), (1000, 520, 272), (1, 64, 128), (2000, 1024, 512), (4097, 2056, 2048)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_scaled_mm(mnk, out_dtype):
+def test_scaled_mm(mnk, out_dtype, config):
     m, n, k = mnk
     a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     sa = torch.tensor([0.7], device="cuda")
     sb = torch.tensor([1.3], device="cuda")
     fresh_pool_with_nan(m * n * 2, torch.bfloat16)
-    out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
+    out = scaled_mm_in(config, a, w.t(), sa, sb, out_dtype)
     assert out.dtype == out_dtype and out.shape == (m, n)
     assert_close(out, reference.scaled_mm(a, w.t(), sa, sb), BF16_TOL, "scaled_mm")
     if n % 16 == 0 and k % 16 == 0:  # torch._scaled_mm itself wants both multiples of 16
@@ -150,11 +238,12 @@ def assert_close_per_line(out, ref, tol, what):
 
 # Row-wise scaling as torch._scaled_mm takes it (scale_a (M, 1), scale_b (1, N)), and each side on its own with the
 # other per tensor. Shapes by block size as in test_scaled_mm, with ragged M and N edges.
+@pytest.mark.parametrize("config", FP8_CONFIGS)
 @pytest.mark.parametrize("kind", ["rows_and_columns", "columns", "rows"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("mnk", [(1000, 520, 272), (2000, 1024, 512), (4097, 2056, 2048), (1, 64, 128)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_scaled_mm_rowwise(mnk, out_dtype, kind):
+def test_scaled_mm_rowwise(mnk, out_dtype, kind, config):
     m, n, k = mnk
     torch.manual_seed(1)
     a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
@@ -162,7 +251,7 @@ def test_scaled_mm_rowwise(mnk, out_dtype, kind):
     sa = spread_scales(m, 1) if kind != "columns" else torch.tensor([0.7], device="cuda")
     sb = spread_scales(1, n) if kind != "rows" else torch.tensor(1.3, device="cuda")
     fresh_pool_with_nan(m * n * 2, torch.bfloat16)
-    out = tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
+    out = scaled_mm_in(config, a, w.t(), sa, sb, out_dtype)
     assert out.dtype == out_dtype and out.shape == (m, n)
     expect = reference.scaled_mm(a, w.t(), sa, sb)
     assert_close_per_line(out, expect, 2 * BF16_TOL, "scaled_mm row-wise")
@@ -170,6 +259,22 @@ def test_scaled_mm_rowwise(mnk, out_dtype, kind):
     if kind == "rows_and_columns" and out_dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0:
         peer = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
         assert_close(out, peer.double(), BF16_TOL, "scaled_mm row-wise vs torch._scaled_mm")
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("rowwise", [False, True], ids=["per_tensor", "rowwise"])
+@pytest.mark.parametrize("mnk", [(1024, 1024, 1024), (2000, 1024, 512), (4097, 2056, 2048)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_testing_scaled_mm_runs_the_public_ops_pick(mnk, rowwise, out_dtype):
+    m, n, k = mnk
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa = spread_scales(m, 1) if rowwise else torch.tensor(0.7, device="cuda")
+    sb = spread_scales(1, n) if rowwise else torch.tensor(1.3, device="cuda")
+    picked = testing.gemm_config(m, n, k, torch.float8_e4m3fn, out_dtype)
+    assert picked in testing.FP8_CONFIGS
+    assert torch.equal(testing.scaled_mm(a, w.t(), sa, sb, out_dtype, picked),
+                       tk_ops.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)), picked
 
 
 def test_scaled_mm_rejects_scale_shapes():
@@ -226,11 +331,8 @@ def test_matmul_split_k_steps_aside_for_deterministic_algorithms():
     """Split-K adds its partial sums in a varying order; under torch.use_deterministic_algorithms the plain
     kernel runs instead, and repeated calls agree bit for bit."""
     a, b = make_operand(512, 8192, True), make_operand(8192, 512, False)
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic_algorithms():
         first, second = tk_ops.matmul(a, b), tk_ops.matmul(a, b)
-    finally:
-        torch.use_deterministic_algorithms(False)
     assert torch.equal(first, second)
     assert_close(first, a.double() @ b.double(), BF16_TOL, "deterministic")
 
@@ -263,24 +365,41 @@ def test_linear_ragged_tokens_and_partial_grads(shape, wrt):
         assert mod.weight.grad is None and mod.bias.grad is None
 
 
-@pytest.mark.parametrize("mkn", [(4096, 512, 1024), (1000, 264, 520), (3, 64, 8), (8192, 64, 2056)],
-                         ids=lambda s: "x".join(map(str, s)))
+LINEAR_SHAPES = [(4096, 512, 1024), (1000, 264, 520), (3, 64, 8), (8192, 64, 2056)]
+
+
+@pytest.mark.parametrize("config", BF16_CONFIGS)
+@pytest.mark.parametrize("mkn", LINEAR_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "odd_offset"])
-def test_linear_bias_in_the_epilogue(mkn, offset):
-    """The bias is added in the GEMM's epilogue (fp32, before the rounding) for every block configuration
-    (the sizes pick big, small and tiny blocks) and ragged last column blocks; a bias view at an odd element
+def test_linear_bias_in_the_epilogue(mkn, offset, config):
+    """The bias is added in the GEMM's epilogue (fp32, before the rounding) in every configuration (by their own
+    pick, the sizes run small, tiny and resident blocks) and ragged last column blocks; a bias view at an odd element
     offset is copied first."""
     m, k, n = mkn
+    skip_unless_runs(config, m, n, k)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     bias = (torch.randn(n + offset, device="cuda") * 4).bfloat16()[offset:]
     fresh_pool_with_nan(m * n, torch.bfloat16)
-    y = torch.ops.tk_ops.linear(x, w, bias)
+    y = linear_in(config, x, w, bias)
     expect = reference.linear(x, w, bias)
     assert_close(y, expect, BF16_TOL, "x W^T + b")
     # One rounding: as close to the float64 result as torch's cuBLAS epilogue is.
     peer = torch.nn.functional.linear(x, w, bias)
     assert rel_err(y, expect) <= 1.5 * rel_err(peer, expect) + 1e-4
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("mkn", LINEAR_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_testing_linear_runs_the_public_ops_pick(mkn, bias):
+    m, k, n = mkn
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
+    with deterministic_algorithms(testing.gemm_config(m, n, k, bias=bias) == "split"):
+        picked = testing.gemm_config(m, n, k, bias=bias)
+        assert picked in testing.CONFIGS
+        assert torch.equal(testing.linear(x, w, b, picked), torch.ops.tk_ops.linear(x, w, b)), picked
 
 
 def test_linear_double_backward():

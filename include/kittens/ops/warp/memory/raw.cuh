@@ -37,6 +37,12 @@ template <int N> __device__ __forceinline__ void store_shared_words(uint32_t add
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w[0]) : "memory");
 }
 
+// One word given by value (st.shared.b32). A one-word array made at the call site for store_shared_words<1> is a
+// stack temporary the optimizer then has to remove, and around many such stores it arranged the code differently.
+__device__ __forceinline__ void store_shared_word(uint32_t addr, uint32_t w) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w) : "memory");
+}
+
 // One word written to 16 bytes (a fill).
 __device__ __forceinline__ void fill_shared_16(uint32_t addr, uint32_t w) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(w) : "memory");

@@ -44,6 +44,12 @@ __device__ __forceinline__ void mma_16x8x16(float2 &d_top, float2 &d_bot, const 
     }
 }
 
+// Where lane `lane` holds mma_16x8x16's output: d_top (half 0) on row lane / 4 of d, d_bot (half 1) on row lane / 4 + 8,
+// each on the columns mma_16x8_output_col(lane) and + 1. For tables kept in this order that one thread fills or reads
+// on behalf of every lane (a register tile's own lane visits its elements with for_each_pair).
+__device__ __forceinline__ int mma_16x8_output_row(int lane, int half) { return lane / 4 + 8 * half; }
+__device__ __forceinline__ int mma_16x8_output_col(int lane) { return 2 * (lane % 4); }
+
 // One 16x16 output base tile: d = a * b + c, with a in A-fragment order (4 registers) and b in
 // B-fragment order (data[0], data[2]: output columns 0..7; data[1], data[3]: columns 8..15).
 // The accumulator's data[0], data[1] are columns 0..7 (rows g, g+8), data[2], data[3] 8..15.
