@@ -1,5 +1,8 @@
-// The Based backward: its dispatch over dtypes and value dimensions (based_bwd_launch.cuh), and its scratch.
+// The Based backward's entry points: its scratch, and its dispatch over empty sequences, dtypes and value dimensions
+// (based_bwd_launch.cuh).
+#include "based.h"
 #include "based_bwd_launch.cuh"
+#include "based_configs.cuh"
 
 namespace tk_based {
 
@@ -28,7 +31,8 @@ size_t backward_workspace_bytes(const bwd_problem &p) {
 
 cudaError_t backward(const bwd_problem &p, cudaStream_t stream) {
     if (p.batch <= 0 || p.heads <= 0) return cudaSuccess;
-    if (!supported_value_dim(p.value_dim) || (p.normalize && p.len > 0 && !p.den)) return cudaErrorInvalidValue;
+    if (!supported_value_dim(p.value_dim) || (p.normalize && p.len > 0 && !p.den) || impossible_choice(p))
+        return cudaErrorInvalidValue;
     if (p.len <= 0) return initial_state_gradient_of_empty(p, stream);
     const bwd_scratch s = bwd_scratch_of(p);
     void *scratch = p.workspace;

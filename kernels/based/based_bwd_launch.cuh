@@ -1,12 +1,15 @@
-// Host side of the Based backward: the scratch it needs, the globals (TMA maps included) of its two passes, and the
-// launches of the preparation, the two passes (chunked, or quadratic for short sequences: based_quad.h) and (chunked
-// passes with value dimensions over 64) the conversion of dq and dk.
+// Host side of the Based backward: the scratch it needs, the globals (TMA maps included) of the chunked passes, and
+// the launches of the preparation, the two passes (chunked, or quadratic for short sequences: based_configs.cuh
+// decides) and (chunked passes with value splits) the conversion of dq and dk.
 #pragma once
 
 #include "based.h"
-#include "based_bwd_kernel.cuh"
-#include "based_launch_maps.cuh"
-#include "based_quad.h"
+#include "based_bwd_convert_kernel.cuh"
+#include "based_bwd_dkv_kernel.cuh"
+#include "based_bwd_dq_kernel.cuh"
+#include "based_bwd_prep_kernel.cuh"
+#include "based_configs.cuh"
+#include "based_maps_launch.cuh"
 
 #include <cstddef>
 
@@ -25,7 +28,7 @@ inline bwd_scratch bwd_scratch_of(const bwd_problem &p) {
     bwd_scratch s{};
     s.chunks = (p.len + BWD_CHUNK - 1) / BWD_CHUNK;
     s.padded_len = s.chunks * BWD_CHUNK;
-    s.split = p.value_dim > 64 && !takes_quadratic(p); // the quadratic passes take the whole value dimension
+    s.split = backward_splits_values(p.value_dim) && !takes_quadratic(p); // the quadratic passes take all of Dv
     s.row_floats = size_t(p.batch) * p.heads * s.padded_len;
     s.acc_floats = s.split ? s.row_floats * FEATURE_DIM : 0;
     return s;
@@ -34,7 +37,7 @@ inline bwd_scratch bwd_scratch_of(const bwd_problem &p) {
 // Both passes for one (dtype, value columns per task, split) configuration; `scratch` holds rinv and dD already.
 template <typename T, int VT, bool SPLIT>
 cudaError_t launch_backward_passes(const bwd_problem &p, const bwd_scratch &s, float *scratch, cudaStream_t stream) {
-    using B = based_bwd_base<T, VT, SPLIT>;
+    using B = based_bwd<T, VT, SPLIT>;
     using G = typename B::globals;
     using grad_gl = typename B::grad_gl;
     float *rinv = scratch, *dd = scratch + s.row_floats;
@@ -57,16 +60,16 @@ cudaError_t launch_backward_passes(const bwd_problem &p, const bwd_scratch &s, f
         else return output_map<grad_gl>(out.ptr, p.batch, p.heads, p.len, B::DK, out.stride_b, out.stride_h, out.stride_n);
     };
     const int splits = SPLIT ? 2 : 1, tasks = p.batch * p.heads * splits;
-    const G dq_pass{q, k, v, dout, rows(rinv), rows(dd), grad(p.dq, dq_acc), dv, p.kv0, p.k_sum0, nullptr, nullptr,
-                    p.heads, splits, p.len, s.chunks, p.value_dim, tasks, p.scale};
-    G dkv_pass = dq_pass;
-    dkv_pass.grad = grad(p.dk, dk_acc);
-    dkv_pass.state0 = p.d_kv_final;
-    dkv_pass.sum0 = p.d_k_sum_final;
-    dkv_pass.d_kv0 = p.d_kv0;
-    dkv_pass.d_k_sum0 = p.d_k_sum0;
-    if (cudaError_t e = kittens::lcsf::launch<based_bwd_dq<T, VT, SPLIT>>(dq_pass, tasks, stream); e != cudaSuccess) return e;
-    return kittens::lcsf::launch<based_bwd_dkv<T, VT, SPLIT>>(dkv_pass, tasks, stream);
+    const G dq_globals{q, k, v, dout, rows(rinv), rows(dd), grad(p.dq, dq_acc), dv, p.kv0, p.k_sum0, nullptr, nullptr,
+                       p.heads, splits, p.len, s.chunks, p.value_dim, tasks, p.scale};
+    G dkv_globals = dq_globals;
+    dkv_globals.grad = grad(p.dk, dk_acc);
+    dkv_globals.state0 = p.d_kv_final;
+    dkv_globals.sum0 = p.d_k_sum_final;
+    dkv_globals.d_kv0 = p.d_kv0;
+    dkv_globals.d_k_sum0 = p.d_k_sum0;
+    if (cudaError_t e = kittens::lcsf::launch<typename B::dq_pass>(dq_globals, tasks, stream); e != cudaSuccess) return e;
+    return kittens::lcsf::launch<typename B::dkv_pass>(dkv_globals, tasks, stream);
 }
 
 // The whole backward in one dtype, given the scratch.
@@ -83,12 +86,15 @@ template <typename T> cudaError_t launch_backward(const bwd_problem &p, const bw
     }
     if (takes_quadratic(p)) return quadratic_backward(p, rinv, dd, s.padded_len, stream);
     cudaError_t e;
-    switch (p.value_dim) {
-    case 16: e = launch_backward_passes<T, 16, false>(p, s, scratch, stream); break;
-    case 32: e = launch_backward_passes<T, 32, false>(p, s, scratch, stream); break;
-    case 48: e = launch_backward_passes<T, 48, false>(p, s, scratch, stream); break;
-    case 64: e = launch_backward_passes<T, 64, false>(p, s, scratch, stream); break;
-    default: e = launch_backward_passes<T, 64, true>(p, s, scratch, stream); break;
+    if (s.split) {
+        e = launch_backward_passes<T, CHUNKED_MAX_VALUE_COLUMNS, true>(p, s, scratch, stream);
+    } else {
+        switch (backward_value_block(p.value_dim)) {
+        case 16: e = launch_backward_passes<T, 16, false>(p, s, scratch, stream); break;
+        case 32: e = launch_backward_passes<T, 32, false>(p, s, scratch, stream); break;
+        case 48: e = launch_backward_passes<T, 48, false>(p, s, scratch, stream); break;
+        default: e = launch_backward_passes<T, 64, false>(p, s, scratch, stream); break;
+        }
     }
     if (e != cudaSuccess || !s.split) return e;
     float *acc = scratch + 2 * s.row_floats;

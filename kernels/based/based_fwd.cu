@@ -1,7 +1,8 @@
-// The chunked Based forward for each value block width (based_launch.cuh's value_block_width), and the dispatch
-// between it and the quadratic one (based_quad.h).
-#include "based_launch.cuh"
-#include "based_quad.h"
+// The Based forward: the chunked kernels for each value block width (based_fwd_launch.cuh), and the entry point that
+// takes an empty sequence, the quadratic kernels (based_quad_fwd.cu) or the chunked ones (based_configs.cuh decides).
+#include "based.h"
+#include "based_configs.cuh"
+#include "based_fwd_launch.cuh"
 
 namespace tk_based {
 
@@ -23,9 +24,9 @@ cudaError_t forward(const fwd_problem &p, cudaStream_t stream) {
         return p.k_sum0 ? cudaMemcpyAsync(p.k_sum_final, p.k_sum0, sum_bytes, cudaMemcpyDeviceToDevice, stream)
                         : cudaMemsetAsync(p.k_sum_final, 0, sum_bytes, stream);
     }
-    if (!supported_value_dim(p.value_dim)) return cudaErrorInvalidValue;
+    if (!supported_value_dim(p.value_dim) || impossible_choice(p)) return cudaErrorInvalidValue;
     if (takes_quadratic(p)) return quadratic_forward(p, stream);
-    switch (value_block_width(p.value_dim)) {
+    switch (forward_value_block(p.value_dim)) {
     case 16: return forward_for<16>(p, stream);
     case 32: return forward_for<32>(p, stream);
     case 48: return forward_for<48>(p, stream);

@@ -38,9 +38,9 @@ template <typename T, int DVT> struct based_fwd : feature_tiles<T>, lcsf_numbers
     static_assert(DVT % 16 == 0 && DVT >= 16 && DVT <= CHUNKED_MAX_VALUE_COLUMNS,
                   "Based forward: a task's value block is 16..64 columns");
     static constexpr int DK = FEATURE_DIM;
-    static constexpr int DV_BLOCK = DVT;                                // value columns per task
-    static constexpr int HALF = CHUNKED_FORWARD.consumer_rows;         // query rows per consumer
-    static constexpr int CHUNK = CHUNKED_FORWARD.block_rows();         // tokens per chunk
+    static constexpr int DV_BLOCK = DVT;                        // value columns per task
+    static constexpr int HALF = CHUNKED_FORWARD.consumer_rows; // query rows per consumer
+    static constexpr int CHUNK = CHUNKED_FORWARD.block_rows(); // tokens per chunk
 
     static constexpr int FEATURES = KERNEL_FEATURES;
     using features = feature_tiles<T>;

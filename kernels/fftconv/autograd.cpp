@@ -2,13 +2,13 @@
 // registered from Python costs several times an op's own host time per call.
 //
 // fftconv_fwd(u, k, pregate, postgate, k_f) -> y. Gradients flow to u, k, pregate and postgate; one fftconv_bwd call
-// (bwd_binding.cpp) computes those that autograd asks for from the saved inputs and dy. k_f, the filter's spectrum
+// (binding.cpp) computes those that autograd asks for from the saved inputs and dy. k_f, the filter's spectrum
 // precomputed for inference, gets none: one that requires a gradient is refused with the advice to pass k, and so
 // is fftconv_spectrum of a filter that requires one (its result would silently cut the filter off the graph). With a
 // k_f that needs no gradient, u and the gates still get theirs.
 //
 // The ops are called through the dispatcher, so torch.compile traces them into its graphs (their Meta kernels are in
-// binding.cpp and bwd_binding.cpp). A call that needs no gradient skips the autograd function, as a built-in op does.
+// binding.cpp). A call that needs no gradient skips the autograd function, as a built-in op does.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -18,8 +18,8 @@
 #include <optional>
 #include <tuple>
 
-#include "binding.h"
 #include "common/checks.h"
+#include "fftconv_rules.h"
 
 namespace {
 
@@ -67,7 +67,7 @@ struct FftconvFunction : public torch::autograd::Function<FftconvFunction> {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         at::Tensor spectrum = given(k_f);
         if (computes_spectrum(u, k)) {
-            tk_fftconv_binding::fwd_rules(u, *k, given(pregate), given(postgate), spectrum); // the op's own messages first
+            tk_fftconv::fwd_rules(u, *k, given(pregate), given(postgate), spectrum); // the op's own messages first
             spectrum = call_spectrum(*k, u.sym_size(2).guard_int(__FILE__, __LINE__));
         }
         at::Tensor y = call_fwd(u, spectrum.defined() ? std::nullopt : k, pregate, postgate, present(spectrum));

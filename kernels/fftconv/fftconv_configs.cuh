@@ -85,7 +85,8 @@ struct engine_config {
 };
 constexpr engine_config engine_config_of(int l) {
     const int units = l / 256;
-    return engine_config{.outer_radix = outer_radix(l), .slot_warps = units >= 4 ? (units / 2 < 16 ? units / 2 : 16) : 1};
+    return engine_config{.outer_radix = outer_radix(l),
+                         .slot_warps = units >= 4 ? (units / 2 < 16 ? units / 2 : 16) : 1};
 }
 
 // ---------------------------------------------------------------- the block path's products

@@ -87,17 +87,15 @@ template <typename T, int L> struct fftconv_dk : fftconv_io<T, L> {
     }
 
     __device__ static inline void run(const globals &g) {
-        const auto clear_accumulator = [](shared_block &s, const typename S::slot_place &at) {
+        const auto clear_accumulator = [](slot_memory &m, const typename S::slot_place &at) {
 #pragma unroll
             for (int i = 0; i < S::WARP_TILES; i++)
 #pragma unroll
-                for (int v = 0; v < 4; v++)
-                    s.slot[at.q].acc[S::fragment_slot(S::tile_of(at.wq, i), at.lane, v)] = make_float2(0.f, 0.f);
+                for (int v = 0; v < 4; v++) m.acc[S::fragment_slot(S::tile_of(at.wq, i), at.lane, v)] = make_float2(0.f, 0.f);
         };
-        const auto [s, at, f] =
+        const auto [s, m, at, f] =
             S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads, clear_accumulator);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
-        slot_memory &m = s.slot[q];
         int head = -1;
         for (int item = first; item < last; item++) {
             const pair_rows rows = IO::rows_of(g.shape, item);

@@ -104,6 +104,7 @@ template <typename T, int L> struct fftconv_engine {
     // A block's shared memory: the twiddle tables, then each slot's own (SLOT_MEMORY: its planes and what the
     // kernel keeps beside them).
     template <typename SLOT_MEMORY> struct block_memory {
+        using slot_memory = SLOT_MEMORY;
         tables t;
         SLOT_MEMORY slot[SLOTS];
     };
@@ -125,18 +126,18 @@ template <typename T, int L> struct fftconv_engine {
         uint32_t re[4], im[4], neg_im[4];
     };
     __device__ static inline dft16 make_dft16() {
-        const int lane = laneid();
         dft16 f;
+        rt<T, 16, 16> a; // the A operand's layout, whose pairs for_each_pair places (row j, columns k and k + 1)
+        for_each_pair(
+            [&](pair_pos p, T2 &) {
+                float2 c[2];
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int j = lane / 4 + 8 * (r % 2), k = 2 * (lane % 4) + 8 * (r / 2);
-            float2 c[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) c[e] = root_of_unity<-1>(j * (k + e), 16);
-            f.re[r] = pack(make_float2(0.25f * c[0].x, 0.25f * c[1].x));
-            f.im[r] = pack(make_float2(0.25f * c[0].y, 0.25f * c[1].y));
-            f.neg_im[r] = pack(make_float2(-0.25f * c[0].y, -0.25f * c[1].y));
-        }
+                for (int e = 0; e < 2; e++) c[e] = root_of_unity<-1>(p.row * (p.col + e), 16);
+                f.re[p.k] = pack(make_float2(0.25f * c[0].x, 0.25f * c[1].x));
+                f.im[p.k] = pack(make_float2(0.25f * c[0].y, 0.25f * c[1].y));
+                f.neg_im[p.k] = pack(make_float2(-0.25f * c[0].y, -0.25f * c[1].y));
+            },
+            a);
         return f;
     }
 
@@ -365,8 +366,8 @@ template <typename T, int L> struct fftconv_engine {
             const bool inv = idx - base >= len;
             const int local = idx - base - (inv ? len : 0);
             const int tile = local / 128, lane = local / 2 % 32, v = local / 64 % 2 * 2 + local % 2; // fragment_slot
-            // output digit, column in the tile
-            const int hi = detail::reg::mma_16x8_output_row(lane, v / 2), col = detail::reg::mma_16x8_output_col(lane) + v % 2;
+            const int hi = detail::reg::mma_16x8_output_row(lane, v);         // output digit
+            const int col = detail::reg::mma_16x8_output_col(lane) + v % 2; // column in the tile
             const int ls = len, st = ls / 16;            // the level the twiddle belongs to
             int e;
             if (!inv) e = hi * (8 * tile + col); // forward step at level ls: digit j = hi, position 8 tile + col
@@ -387,25 +388,27 @@ template <typename T, int L> struct fftconv_engine {
         return cmul(s.outer_tw[64 + e / 64], s.outer_tw[e % 64]);
     }
 
-    // The start of a slot kernel of block layout B: the calling thread's place among `items`, the twiddle tables built
-    // by the whole block, the DFT matrix, and prepare(shared block, place) (the thread's own setup) before the barrier
-    // that publishes the tables.
+    // The start of a slot kernel of block layout B (a block_memory): the calling thread's place among `items` and its
+    // slot's memory, the twiddle tables built by the whole block, the DFT matrix, and prepare(slot memory, place) (the
+    // thread's own setup) before the barrier that publishes the tables.
     template <typename B> struct slot_start {
         B &shared;
+        typename B::slot_memory &slot;
         slot_place at;
         dft16 f;
     };
     template <typename B, typename PREPARE> __device__ static inline slot_start<B> start(int64_t items, PREPARE &&prepare) {
         B &s = shared_block_as<B>();
         const slot_place at = place_in_grid(items);
+        typename B::slot_memory &m = s.slot[at.q];
         build_twiddles(s.t);
         const dft16 f = make_dft16();
-        prepare(s, at);
+        prepare(m, at);
         __syncthreads();
-        return {s, at, f};
+        return {s, m, at, f};
     }
     template <typename B> __device__ static inline slot_start<B> start(int64_t items) {
-        return start<B>(items, [](B &, const slot_place &) {});
+        return start<B>(items, [](typename B::slot_memory &, const slot_place &) {});
     }
 
     // Frequency at plane position p (p = j_0 M + j_1 M / 16 + .. + j_A): j_0 + R (j_1 + 16 j_2 + ..), the digits reversed.

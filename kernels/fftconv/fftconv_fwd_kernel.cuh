@@ -50,8 +50,8 @@ template <typename T, int L, bool REVERSED = false> struct fftconv_fwd : fftconv
         for (int r = 0; r < PER_THREAD; r++) {
             const int idx = tid + r * SLOT_THREADS;
             const int tile = idx / 128, lane = idx / 2 % 32, v = idx / 64 % 2 * 2 + idx % 2; // fragment_slot inverted
-            // position, output digit
-            const int o = 8 * tile + detail::reg::mma_16x8_output_col(lane) + v % 2, j = detail::reg::mma_16x8_output_row(lane, v / 2);
+            const int o = 8 * tile + detail::reg::mma_16x8_output_col(lane) + v % 2; // position
+            const int j = detail::reg::mma_16x8_output_row(lane, v);                  // output digit
             const int f = S::frequency_at(16 * o + j);
             c[r] = k_f[f <= L / 2 ? f : L - f];
             if (f > L / 2) c[r].y = -c[r].y;

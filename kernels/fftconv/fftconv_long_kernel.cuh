@@ -42,9 +42,10 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fftconv_io<
 
     // 1. Items (pair, block), pair-major: each block of each pair to its level-16 outputs.
     __device__ static inline void run_forward(const globals &g) {
-        const auto [s, at, f] = S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks);
+        const int64_t items = int64_t((g.shape.batch + 1) / 2) * g.shape.heads * g.blocks;
+        const auto [s, slot, at, f] = S::template start<shared_block>(items);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
-        typename S::planes &m = s.slot[q].p;
+        typename S::planes &m = slot.p;
         for (int item = first; item < last; item++) {
             const int block = item % g.blocks;
             pair_rows rows = IO::rows_of(g.shape, item / g.blocks);
@@ -66,9 +67,8 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fftconv_io<
 
     // 3. Items: pairs; each pair's blocks in order, overlap-added through the slot's tail.
     __device__ static inline void run_inverse(const globals &g) {
-        const auto [s, at, f] = S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
+        const auto [s, m, at, f] = S::template start<shared_block>(int64_t((g.shape.batch + 1) / 2) * g.shape.heads);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
-        slot_memory &m = s.slot[q];
         for (int item = first; item < last; item++) {
             const pair_rows rows = IO::rows_of(g.shape, item);
             for (int block = 0; block < g.blocks; block++) {
@@ -119,9 +119,8 @@ template <typename T, bool REVERSED = false> struct fftconv_blocks : fftconv_io<
         float scale;
     };
     __device__ static inline void run_dk_inverse(const dk_globals &g) {
-        const auto [s, at, f] = S::template start<shared_block>(g.heads);
+        const auto [s, m, at, f] = S::template start<shared_block>(g.heads);
         const int q = at.q, wq = at.wq, lane = at.lane, tid = at.tid, first = at.first, last = at.last;
-        slot_memory &m = s.slot[q];
         for (int head = first; head < last; head++) {
             for (int d = g.kblocks; d >= 0; d--) {
                 const float2 *c = reinterpret_cast<const float2 *>(g.correlations + (size_t(head) * (g.kblocks + 1) + d) * (L / 2));
@@ -168,19 +167,19 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
 // 2. Y_i = sum_(j <= i, j < kblocks) X_(i-j) K_j for every pair and frequency, in place over X (every block's X is read
 // into registers before any Y is written). One thread per (head, fragment slot e), looping over the head's pairs: the filter
 // blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
-// the pairs' spectra with consecutive threads on consecutive slots. HELD >= blocks are held in registers (the launch
-// picks the smallest of 2, 4, 8 and MAX_BLOCKS that covers them).
-template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS) void block_products(uint32_t *spectra, const float2 *k_f,
-                                                                                     int heads, int pairs_per_head,
-                                                                                     int blocks, int kblocks) {
+// the pairs' spectra with consecutive threads on consecutive slots. HELD >= blocks are held in registers (held_blocks,
+// fftconv_configs.cuh).
+template <typename T, int HELD>
+__global__ __launch_bounds__(PRODUCT_THREADS) void block_products(uint32_t *spectra, const float2 *k_f, int heads,
+                                                                  int pairs_per_head, int blocks, int kblocks) {
     using S = fftconv_engine<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (index >= int64_t(heads) * L) return;
     const int head = int(index / L), e = int(index % L);
     const int tile = e / 128, lane = e / 4 % 32, v = e % 4; // the uint4 packing of fftconv_blocks
-    // position, output digit
-    const int o = 8 * tile + detail::reg::mma_16x8_output_col(lane) + v % 2, j = detail::reg::mma_16x8_output_row(lane, v / 2);
+    const int o = 8 * tile + detail::reg::mma_16x8_output_col(lane) + v % 2; // position
+    const int j = detail::reg::mma_16x8_output_row(lane, v);                  // output digit
     const int fq = S::frequency_at(16 * o + j);
     const float2 *kh = k_f + size_t(head) * kblocks * (L / 2 + 1);
     const auto filter = [&](int jb) {
@@ -211,10 +210,10 @@ template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS) vo
 // The filter gradient's correlation spectra: C_d = sum over the head's pairs and blocks i of conj(X_i) G_(i+d),
 // d = 0 .. kblocks, X and G the blocks' spectra of v = u * pregate and g = dy * postgate (run_forward's outputs). One
 // thread per (head, fragment slot e), as block_products; fp32 sums written as float2 in fragment_slot order.
-template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS) void block_correlations(const uint32_t *xs, const uint32_t *gs,
-                                                                                         float2 *correlations, int heads,
-                                                                                         int pairs_per_head, int blocks,
-                                                                                         int kblocks) {
+template <typename T, int HELD>
+__global__ __launch_bounds__(PRODUCT_THREADS) void block_correlations(const uint32_t *xs, const uint32_t *gs,
+                                                                      float2 *correlations, int heads,
+                                                                      int pairs_per_head, int blocks, int kblocks) {
     using S = fftconv_engine<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

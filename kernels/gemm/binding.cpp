@@ -142,7 +142,7 @@ config_id config_rule(const char *op, const std::string &name, const c10::SymInt
         const bool fp8_block = c.id == config_id::big || c.id == config_id::small || c.id == config_id::tiny;
         check_input(!fp8 || fp8_block || c.id == config_id::automatic, op,
                     ": the fp8 kernel runs config auto, big, small or tiny, got '", name, "'");
-        constexpr int MAX_K = tk_gemm::resident_max_k(2);
+        constexpr int MAX_K = tk_gemm::resident_max_k(tk_gemm::BF16_BYTES);
         check_input(c.id != config_id::resident || K <= MAX_K, op, ": config 'resident' holds contractions of at most ",
                     MAX_K, " (its B panel), got K=", K);
         return c.id;

@@ -27,8 +27,9 @@ struct gemm_problem {
     // Split-K for outputs too small to occupy the GPU: the contraction is cut into this many ranges, each range's fp32
     // partial sum added into C in an order that varies from run to run (matmul_bf16_splits says how many pay).
     int splits = 1;
-    // The configuration to run (gemm_configs.cuh); automatic: the one the shape picks. A named one runs unsplit, and
-    // resident only where its panel holds the contraction (K <= resident_max_k), cudaErrorInvalidValue otherwise.
+    // The configuration to run (gemm_configs.cuh); automatic: the one the shape picks. A named one runs with
+    // splits == 1, and resident only where its panel holds the contraction (K <= resident_max_k);
+    // cudaErrorInvalidValue otherwise.
     config_id config = config_id::automatic;
 };
 

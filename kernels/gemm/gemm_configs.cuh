@@ -57,6 +57,8 @@ struct gemm_config {
 
 // K elements of one K-slice: one 128-byte swizzle row of the input type.
 constexpr int slice_k(int element_bytes) { return 128 / element_bytes; }
+// The element size of the 16-bit entry point's inputs (bf16).
+inline constexpr int BF16_BYTES = 2;
 // The resident B panel holds at most this many K-slices (K <= 256 for 16-bit inputs).
 inline constexpr int RESIDENT_B_SLICES = 4;
 
@@ -137,8 +139,6 @@ constexpr const char *name_of(config_id id) {
 
 namespace pick_rules {
 
-inline constexpr int BF16_BYTES = 2;
-
 // The largest blocks that still give at least half the SMs a block: small where big would leave more than half idle,
 // tiny where even small would. Blocks that fill the GPU beat bigger ones here because a lone task cannot overlap its
 // ring fill or its epilogue with anything.
@@ -163,7 +163,7 @@ constexpr bool resident_pays(int M, int N, int sms) {
 constexpr config_id pick_bf16(int M, int N, int K, int sms) {
     const config_id size = pick_rules::by_occupancy(configs::big(), configs::small(), M, N, sms);
     if (size != config_id::big) return size;
-    if (K <= resident_max_k(pick_rules::BF16_BYTES) && pick_rules::resident_pays(M, N, sms)) return config_id::resident;
+    if (K <= resident_max_k(BF16_BYTES) && pick_rules::resident_pays(M, N, sms)) return config_id::resident;
     // Short K: the streamed-out C would evict the operand panels other blocks are about to read; at long K the hints
     // cost a little, so long contractions keep the plain configuration.
     if (K <= 512) return config_id::hinted;
@@ -182,7 +182,7 @@ constexpr config_id pick_fp8(int M, int N, bool fp32_out, int sms) {
 constexpr int pick_splits(int M, int N, int K, int sms) {
     constexpr gemm_config S = configs::split();
     const int tiles = num_tasks(S, M, N);
-    const int k_iters = (K + slice_k(pick_rules::BF16_BYTES) - 1) / slice_k(pick_rules::BF16_BYTES);
+    const int k_iters = (K + slice_k(BF16_BYTES) - 1) / slice_k(BF16_BYTES);
     if (2 * tiles > sms || k_iters < 32) return 1;
     const int by_sms = sms / tiles, by_length = k_iters / 16;
     const int splits = by_sms < by_length ? by_sms : by_length;

@@ -22,15 +22,21 @@ struct prep_args {
     float dt_min, dt_max;
 };
 
-// One block per (batch row and chunk, block of C.heads heads): the chunk's dt rows are read coalesced into shared
+// Configuration C as the kernel takes it: a type (nvcc's host stubs cannot spell a __global__ template's class-type
+// argument).
+template <prepare_config C> struct prepare_shape {
+    static constexpr int HEADS = C.heads, THREADS = C.threads;
+};
+
+// One block per (batch row and chunk, block of S::HEADS heads): the chunk's dt rows are read coalesced into shared
 // memory, then each warp scans the chunk of one head at a time (two tokens per lane).
-template <prepare_config C>
-__global__ void __launch_bounds__(C.threads) prepare_dt(const __grid_constant__ prep_args a) {
-    __shared__ float tile[KERNEL_CHUNK][C.heads + 1];
-    const int b = blockIdx.x / a.chunks, chunk = blockIdx.x - b * a.chunks, h0 = blockIdx.y * C.heads;
+template <typename S>
+__global__ void __launch_bounds__(S::THREADS) prepare_dt(const __grid_constant__ prep_args a) {
+    __shared__ float tile[KERNEL_CHUNK][S::HEADS + 1];
+    const int b = blockIdx.x / a.chunks, chunk = blockIdx.x - b * a.chunks, h0 = blockIdx.y * S::HEADS;
     const int t0 = chunk * KERNEL_CHUNK;
-    for (int i = threadIdx.x; i < KERNEL_CHUNK * C.heads; i += C.threads) {
-        const int tok = i / C.heads, hh = i % C.heads, h = h0 + hh, t = t0 + tok;
+    for (int i = threadIdx.x; i < KERNEL_CHUNK * S::HEADS; i += S::THREADS) {
+        const int tok = i / S::HEADS, hh = i % S::HEADS, h = h0 + hh, t = t0 + tok;
         float v = 0.f;
         if (t < a.len && h < a.heads) {
             v = a.dt[(size_t(b) * a.len + t) * a.heads + h];
@@ -42,7 +48,7 @@ __global__ void __launch_bounds__(C.threads) prepare_dt(const __grid_constant__ 
     }
     __syncthreads();
     const int warp = threadIdx.x / WARP_THREADS, lane = threadIdx.x % WARP_THREADS;
-    for (int hh = warp; hh < C.heads; hh += C.threads / WARP_THREADS) {
+    for (int hh = warp; hh < S::HEADS; hh += S::THREADS / WARP_THREADS) {
         const int h = h0 + hh;
         if (h >= a.heads) break;
         const float A = a.A[h];

@@ -2,7 +2,7 @@
 //
 // A head's state is head_dim rows of N floats, N / 4 float4s a row. A warp splits into segments of L lanes (L = N / 4
 // up to 32), one row per segment, so a float4 lane reads the same columns of B and C for every row it visits: it
-// loads them once. A warp takes C.unroll such row sets at a time and loads all their float4s before using any, so that
+// loads them once. A warp takes UNROLL such row sets at a time and loads all their float4s before using any, so that
 // each lane keeps several 16-byte loads in flight (the kernel is bound by memory bandwidth, and the state is read and
 // written exactly once). A row's output is the sum over its segment, reduced with shuffles inside the segment.
 //
@@ -18,13 +18,15 @@
 
 namespace tk_mamba2 {
 
-// Layout of a warp for a state dimension N.
+// Layout of a block and its warps for configuration C and state dimension N. (The kernel takes it as a type: nvcc's
+// host stubs cannot spell a __global__ template's class-type argument.)
 template <step_config C, int N> struct step_shape {
+    static constexpr int WARPS = C.warps, UNROLL = C.unroll;
     static constexpr int VECS = N / 4;                    // float4s per row
     static constexpr int LANES = VECS < 32 ? VECS : 32;  // lanes per row
     static constexpr int ROWS = 32 / LANES;              // rows per warp and row set
     static constexpr int PER_LANE = VECS / LANES;        // float4s of a row per lane
-    static constexpr int ROWS_PER_BLOCK = C.warps * ROWS * C.unroll;
+    static constexpr int ROWS_PER_BLOCK = WARPS * ROWS * UNROLL;
     static_assert(VECS % LANES == 0 && 32 % LANES == 0, "the state dimension must be a power of two from 16 to 256");
 };
 
@@ -72,12 +74,11 @@ __device__ inline float4 update(const float4 &s, float decay, float dtx, const f
 
 __device__ inline float dot(const float4 &a, const float4 &b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-template <typename T, step_config C, int N, bool ALIGNED>
-__global__ void __launch_bounds__(C.warps * 32) mamba2_step_kernel(const step_problem p) {
-    using S = step_shape<C, N>;
+template <typename T, typename S, bool ALIGNED>
+__global__ void __launch_bounds__(S::WARPS * 32) mamba2_step_kernel(const step_problem p) {
     using tk_kernels::from_float;
     using tk_kernels::load;
-    constexpr int UNROLL = C.unroll;
+    constexpr int UNROLL = S::UNROLL;
     const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
     const int g = h / (p.heads / p.groups);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;

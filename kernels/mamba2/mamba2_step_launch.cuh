@@ -17,9 +17,9 @@ template <typename T, step_config C, int N> cudaError_t launch_step(const step_p
     const bool aligned = p.state_stride[3] == 1 && p.state_stride[2] % 4 == 0 && p.state_stride[1] % 4 == 0 &&
                          p.state_stride[0] % 4 == 0 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0;
     if (aligned) {
-        mamba2_step_kernel<T, C, N, true><<<grid, C.warps * 32, 0, stream>>>(p);
+        mamba2_step_kernel<T, S, true><<<grid, S::WARPS * 32, 0, stream>>>(p);
     } else {
-        mamba2_step_kernel<T, C, N, false><<<grid, C.warps * 32, 0, stream>>>(p);
+        mamba2_step_kernel<T, S, false><<<grid, S::WARPS * 32, 0, stream>>>(p);
     }
     return cudaGetLastError();
 }

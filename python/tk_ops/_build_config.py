@@ -162,7 +162,8 @@ def toolkit_cuda_version(cuda_home: str | Path) -> str | None:
     else its version.json's; None when neither tells."""
     home = Path(cuda_home)
     try:
-        res = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=120)
+        res = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=120,
+                             check=False)
         if (version := parse_nvcc_version(res.stdout)) is not None:
             return version
     except (OSError, subprocess.SubprocessError):

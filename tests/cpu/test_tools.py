@@ -3,8 +3,8 @@
 The CUDA programs build (they run only on a GPU machine) through the tools' own builder, which compiles
 them with the extension's flags; the wgmma generator confirms that the checked-in header is what it
 generates; each Python tool with a command line prints its --help, and every other one is at least valid
-Python; each shell script parses. The tools are found by globbing, so a tool added or moved is covered
-without editing this file.
+Python; each shell script parses; tools/README.md has a row for each. The tools are found by globbing, so a tool
+added or moved is covered without editing this file.
 """
 import functools
 import importlib.util
@@ -61,6 +61,13 @@ def background_jobs():
 
 def test_tools_exist():
     assert CUDA_TOOLS and PYTHON_TOOLS, "tools/ holds no .cu or .py tools: was it moved?"
+
+
+def test_every_tool_is_named_in_the_readme():
+    readme = (TOOLS / "README.md").read_text()
+    tools = sorted(p for p in TOOLS.rglob("*") if p.suffix in (".cu", ".cuh", ".py", ".sh"))
+    unnamed = [name(p) for p in tools if f"`{p.relative_to(TOOLS).as_posix()}`" not in readme]
+    assert not unnamed, f"tools/README.md has no row for {unnamed}: say what each does and how to run it"
 
 
 def test_tool_builder_is_found():

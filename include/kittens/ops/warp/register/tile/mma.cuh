@@ -44,10 +44,10 @@ __device__ __forceinline__ void mma_16x8x16(float2 &d_top, float2 &d_bot, const 
     }
 }
 
-// Where lane `lane` holds mma_16x8x16's output: d_top (half 0) on row lane / 4 of d, d_bot (half 1) on row lane / 4 + 8,
-// each on the columns mma_16x8_output_col(lane) and + 1. For tables kept in this order that one thread fills or reads
-// on behalf of every lane (a register tile's own lane visits its elements with for_each_pair).
-__device__ __forceinline__ int mma_16x8_output_row(int lane, int half) { return lane / 4 + 8 * half; }
+// Where lane `lane` holds value v (0..3) of mma_16x8x16's output, {d_top.x, d_top.y, d_bot.x, d_bot.y}: on row
+// mma_16x8_output_row(lane, v) of d, column mma_16x8_output_col(lane) + v % 2. For tables kept in this order that one
+// thread fills or reads on behalf of every lane (a register tile's own lane visits its elements with for_each_pair).
+__device__ __forceinline__ int mma_16x8_output_row(int lane, int v) { return lane / 4 + 8 * (v / 2); }
 __device__ __forceinline__ int mma_16x8_output_col(int lane) { return 2 * (lane % 4); }
 
 // One 16x16 output base tile: d = a * b + c, with a in A-fragment order (4 registers) and b in

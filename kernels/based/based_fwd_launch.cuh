@@ -1,5 +1,5 @@
-// Host side of the Based forward: build (or reuse) the kernel's globals, TMA maps included, and launch it on the
-// persistent grid (forward_for<DVT>, instantiated in based_fwd.cu).
+// Host side of the chunked Based forward: build (or reuse) the kernel's globals, TMA maps included, and launch it on
+// the persistent grid (forward_for<DVT>, instantiated in based_fwd.cu).
 #pragma once
 
 #include "based.h"
@@ -7,13 +7,6 @@
 #include "common/globals_cache.cuh"
 
 namespace tk_based {
-
-// The value columns one task of the forward takes: the value dimension split into as few blocks of at most 64 as
-// possible, each rounded up to a multiple of 16 (the last block's extra columns are zero-filled and never stored).
-inline int value_block_width(int value_dim) {
-    const int blocks = (value_dim + 63) / 64;
-    return ((value_dim + blocks - 1) / blocks + 15) / 16 * 16;
-}
 
 template <typename K> cudaError_t launch_forward(const fwd_problem &p, cudaStream_t stream) {
     using T = typename K::qk_gl::T;
