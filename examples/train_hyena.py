@@ -15,7 +15,8 @@ filter per channel as long as the sequence (tk_ops.nn.LongConv: explicit taps un
 window). The gates are fftconv's pregate and postgate, so the whole operator between the projections is one kernel
 call. An MLP follows, as in the other examples; the data is the Markov-chain data of examples/train_gpt.py (each
 sequence repeats a random segment), whose model skeleton, training loop, timing and comparison this example reuses.
-Sequences are at most 4096 tokens, the longest tk_ops.fftconv takes for now.
+Sequences may be as long as tk_ops.fftconv takes (MAX_SEQ below; docs/fftconv.md says which lengths run on its
+kernels and which on cuFFT).
 
 Two checks judge the run. First, one step from the shared weights on the first batch: every parameter's gradient
 of the tk_ops model must be within 0.1 (relative) of the PyTorch model's. The tk_ops convolution is within 5e-3 of
@@ -67,7 +68,8 @@ def torch_fftconv(u: torch.Tensor, k: torch.Tensor, pregate: torch.Tensor | None
 class TorchLongConv(tk_ops.nn.LongConv):
     """What tk_ops.nn.LongConv computes, with the convolution above; same parameters, filter and skip term."""
 
-    conv = staticmethod(torch_fftconv)
+    def convolve(self, u, k, pregate, postgate):
+        return torch_fftconv(u, k, pregate, postgate)
 
 
 # ---------------------------------------------------------------- model

@@ -50,7 +50,7 @@ def ssd_chunked(x, dt, A, B, C, chunk_size=64, D=None, z=None, dt_bias=None, ini
     if seq_idx is not None:
         raise ValueError("ssd_chunked: packed sequences (seq_idx) are not supported by this PyTorch twin")
     b, l, h, p = x.shape
-    g, n = B.shape[2], B.shape[3]
+    g = B.shape[2]
     dtype = x.dtype
     dt = dt.float() + (dt_bias.float() if dt_bias is not None else 0.0)
     if dt_softplus:

@@ -86,15 +86,15 @@ template <typename T> cudaError_t launch_backward(const bwd_problem &p, const bw
     }
     if (takes_quadratic(p)) return quadratic_backward(p, rinv, dd, s.padded_len, stream);
     cudaError_t e;
-    if (s.split) {
-        e = launch_backward_passes<T, CHUNKED_MAX_VALUE_COLUMNS, true>(p, s, scratch, stream);
-    } else {
+    if (!s.split) {
         switch (backward_value_block(p.value_dim)) {
         case 16: e = launch_backward_passes<T, 16, false>(p, s, scratch, stream); break;
         case 32: e = launch_backward_passes<T, 32, false>(p, s, scratch, stream); break;
         case 48: e = launch_backward_passes<T, 48, false>(p, s, scratch, stream); break;
         default: e = launch_backward_passes<T, 64, false>(p, s, scratch, stream); break;
         }
+    } else {
+        e = launch_backward_passes<T, CHUNKED_MAX_VALUE_COLUMNS, true>(p, s, scratch, stream);
     }
     if (e != cudaSuccess || !s.split) return e;
     float *acc = scratch + 2 * s.row_floats;

@@ -134,14 +134,9 @@ template <typename T> struct feature_tiles {
     // The 16 elements of row r of an input tile, as 8 packed pairs (two 16-byte loads).
     template <typename X> __device__ static inline void load_row(uint32_t (&w)[8], const X &t, int r) {
         static_assert(X::cols == FEATURE_DIM, "Based: input tiles hold one row of FEATURE_DIM elements per token");
-        uint32_t first[4], second[4];
-        kittens::load_shared_words<4>(first, t.idx(r, 0));
-        kittens::load_shared_words<4>(second, t.idx(r, 8));
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            w[i] = first[i];
-            w[4 + i] = second[i];
-        }
+        using half_row = uint32_t[4]; // 8 elements, one 16-byte load
+        kittens::load_shared_words<4>(reinterpret_cast<half_row &>(w[0]), t.idx(r, 0));
+        kittens::load_shared_words<4>(reinterpret_cast<half_row &>(w[4]), t.idx(r, 8));
     }
 
     // Phi(X) row r (token r of the tile x16), features F0 .. F0 + N - 1 into dst's row r, in fp32 then rounded once.

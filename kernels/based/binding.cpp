@@ -5,7 +5,11 @@
 //   based_bwd(q, k, v, o, d_o, den, scale, normalize, eps, kv0, k_sum0, d_kv, d_k_sum, initial_state_grad)
 //       -> (dq, dk, dv, d_kv0, d_k_sum0)
 //   based_step(q, k, v, kv!, k_sum!, scale, normalize, eps) -> o          (the state updated in place)
-//   based_value_dims() -> int[], based_quadratic_max_len(len?) -> int     (what the build takes; the algorithm switch)
+//   based_value_dims() -> int[]                                           (what the build takes)
+//
+// and, for tk_ops' own tests and tools (python/tk_ops/_testing/based.py), tk_ops_testing::based_fwd and based_bwd:
+// the same ops with one more argument, `algorithm` ("auto", "chunked" or "quadratic"), the kernels to run where the
+// public ops choose by shape (based_configs.cuh).
 //
 // An output that was not asked for (the final state without output_final_state, den without save_den, the initial
 // state's gradient without initial_state_grad) is an empty (0,) float32 tensor: a schema's outputs are always
@@ -13,7 +17,7 @@
 //
 // The rules are functions below, shared by the ops' three kernels: the CUDA kernel checks them before anything
 // reaches a kernel, the Meta kernel (torch.compile's fake tensors) checks them and lays the outputs out the same way,
-// and the CPU kernel checks them and then asks for CUDA tensors (see common/checks.h). The Python wrappers
+// and the CPU kernel (common/cpu_refusal.h) runs the Meta kernel and then asks for CUDA tensors. The Python wrappers
 // (python/tk_ops/based.py) only call these ops.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -24,14 +28,15 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "based.h"
-#include "based_quad.h"
-#include "based_step.h"
 #include "common/bhnd_tensors.h"
 #include "common/checks.h"
+#include "common/cpu_refusal.h"
 #include "common/task_counter.h"
 
 namespace {
@@ -41,6 +46,8 @@ using namespace tk_kernels;
 constexpr const char *BASED = "tk_ops.based";
 constexpr const char *BACKWARD = "tk_ops.based backward";
 constexpr const char *STEP = "tk_ops.based_step";
+constexpr const char *TESTING_FWD = "tk_ops_testing.based_fwd";
+constexpr const char *TESTING_BWD = "tk_ops_testing.based_bwd";
 constexpr int64_t F = tk_based::STATE_FEATURES;
 
 using opt_tensor = std::optional<at::Tensor>;
@@ -175,6 +182,18 @@ double step_rules(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
     return scalar_rules(STEP, scale, eps);
 }
 
+// The testing ops' algorithm: "auto" (the public ops' choice by shape), "chunked" or "quadratic". The quadratic
+// kernels have no state, so forced they take none in or out (`state`: the call has one).
+tk_based::algorithm_choice algorithm_rules(const char *op, std::string_view name, bool state) {
+    using tk_based::algorithm_choice;
+    if (name == "auto") return algorithm_choice::automatic;
+    if (name == "chunked") return algorithm_choice::chunked;
+    check_input(name == "quadratic", op, ": algorithm must be \"auto\", \"chunked\" or \"quadratic\", got \"",
+                std::string(name), "\"");
+    check_input(!state, op, ": algorithm \"quadratic\" takes no state in or out (the quadratic kernels have none)");
+    return algorithm_choice::quadratic;
+}
+
 // ---------------------------------------------------------------- outputs
 
 // An empty float32 tensor of `shape` on like's device: CUDA tensors come from the caching allocator directly, meta
@@ -204,14 +223,6 @@ at::Tensor empty_step_output(const at::Tensor &v) {
 
 // ---------------------------------------------------------------- CUDA
 
-tk_based::dtype kernel_type(const at::Tensor &t) {
-    return t.scalar_type() == at::kBFloat16 ? tk_based::dtype::bf16 : tk_based::dtype::fp16;
-}
-
-void check_launch(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) throw c10::Error(message(what, " failed: ", cudaGetErrorString(e)));
-}
-
 // A float32 tensor as the kernels read it: contiguous and 16-byte aligned; anything else (a view at an odd offset) is
 // copied first. The outputs are fresh allocations and need no such care.
 at::Tensor dense_f32(const at::Tensor &t) {
@@ -225,7 +236,7 @@ float *mut_ptr_or_null(at::Tensor &t) { return t.defined() ? t.data_ptr<float>()
 // The fields the forward and backward problems share.
 template <typename Problem>
 void describe(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool normalize,
-              double eps) {
+              double eps, tk_based::algorithm_choice algorithm) {
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
@@ -236,15 +247,16 @@ void describe(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Te
     p.scale = float(scale);
     p.normalize = normalize;
     p.eps = float(eps);
-    p.type = kernel_type(q);
+    p.type = dtype_of(q.scalar_type());
+    p.algorithm = algorithm;
 }
 
+// based_fwd's CUDA kernel, with the algorithm chosen by shape (the public op) or given (the testing op). An empty
+// sequence reaches the entry point too, which writes the final state alone.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in, std::optional<double> scale_in,
-               bool normalize, double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt,
-               bool output_final_state, bool save_den) {
-    const at::Tensor kv0_in = kv0_opt.value_or(at::Tensor()), k_sum0_in = k_sum0_opt.value_or(at::Tensor());
-    const double scale = fwd_rules(q_in, k_in, v_in, scale_in, eps, kv0_in, k_sum0_in);
+forward_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in, double scale, bool normalize,
+             double eps, const at::Tensor &kv0_in, const at::Tensor &k_sum0_in, bool output_final_state, bool save_den,
+             tk_based::algorithm_choice algorithm) {
     check_devices(BASED, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"initial_state kv", kv0_in},
                           {"initial_state k_sum", k_sum0_in}});
 
@@ -252,19 +264,11 @@ based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
     at::Tensor o = empty_like_order(v_in, v_in.scalar_type()); // v's memory order
     auto [kv, k_sum] = empty_state(q_in, v_in, output_final_state);
     at::Tensor den = empty_den(q_in, save_den);
-    if (q_in.size(0) == 0 || q_in.size(1) == 0) return {o, kv, k_sum, den};
-    if (q_in.size(2) == 0) { // no token: the final state is the initial one
-        if (output_final_state) {
-            kv0_in.defined() ? kv.copy_(kv0_in) : kv.zero_();
-            k_sum0_in.defined() ? k_sum.copy_(k_sum0_in) : k_sum.zero_();
-        }
-        return {o, kv, k_sum, den};
-    }
     const at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
     const at::Tensor kv0 = dense_f32(kv0_in), k_sum0 = dense_f32(k_sum0_in);
 
     tk_based::fwd_problem p{};
-    describe(p, q, k, v, scale, normalize, eps);
+    describe(p, q, k, v, scale, normalize, eps, algorithm);
     p.o = out_of(o);
     p.kv0 = ptr_or_null(kv0);
     p.k_sum0 = ptr_or_null(k_sum0);
@@ -275,21 +279,16 @@ based_fwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
     if (save_den) p.den = den.data_ptr<float>();
     const at::Tensor counter = task_counter(q_in.device());
     p.task_counter = counter.data_ptr<int>();
-    p.quadratic_max_len = tk_based::quadratic_max_len();
     check_launch(tk_based::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based kernel");
     return {o, kv, k_sum, den};
 }
 
+// based_bwd's CUDA kernel, likewise (an empty sequence: the initial state's gradient alone).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in, const at::Tensor &o_in,
-               const at::Tensor &d_o_in, const opt_tensor &den_opt, std::optional<double> scale_in, bool normalize,
-               double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt, const opt_tensor &d_kv_opt,
-               const opt_tensor &d_k_sum_opt, bool initial_state_grad) {
-    const at::Tensor den_in = den_opt.value_or(at::Tensor());
-    const at::Tensor kv0_in = kv0_opt.value_or(at::Tensor()), k_sum0_in = k_sum0_opt.value_or(at::Tensor());
-    const at::Tensor d_kv_in = d_kv_opt.value_or(at::Tensor()), d_k_sum_in = d_k_sum_opt.value_or(at::Tensor());
-    const double scale = bwd_rules(q_in, k_in, v_in, o_in, d_o_in, den_in, scale_in, normalize, eps, kv0_in, k_sum0_in,
-                                   d_kv_in, d_k_sum_in, initial_state_grad);
+backward_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v_in, const at::Tensor &o_in,
+              const at::Tensor &d_o_in, const at::Tensor &den_in, double scale, bool normalize, double eps,
+              const at::Tensor &kv0_in, const at::Tensor &k_sum0_in, const at::Tensor &d_kv_in,
+              const at::Tensor &d_k_sum_in, bool initial_state_grad, tk_based::algorithm_choice algorithm) {
     check_devices(BACKWARD, {{"q", q_in}, {"k", k_in}, {"v", v_in}, {"o", o_in}, {"d_o", d_o_in}, {"den", den_in},
                              {"initial_state kv", kv0_in}, {"initial_state k_sum", k_sum0_in}, {"d_kv", d_kv_in},
                              {"d_k_sum", d_k_sum_in}});
@@ -299,14 +298,6 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
     at::Tensor dk = empty_like_order(k_in, k_in.scalar_type());
     at::Tensor dv = empty_like_order(v_in, v_in.scalar_type());
     auto [d_kv0, d_k_sum0] = empty_state(q_in, v_in, initial_state_grad);
-    if (q_in.size(0) == 0 || q_in.size(1) == 0) return {dq, dk, dv, d_kv0, d_k_sum0};
-    if (q_in.size(2) == 0) { // no token: the final state is the initial one, and so are their gradients
-        if (initial_state_grad) {
-            d_kv_in.defined() ? d_kv0.copy_(d_kv_in) : d_kv0.zero_();
-            d_k_sum_in.defined() ? d_k_sum0.copy_(d_k_sum_in) : d_k_sum0.zero_();
-        }
-        return {dq, dk, dv, d_kv0, d_k_sum0};
-    }
     const at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
     const at::Tensor o = tma_readable_copy(o_in), d_o = tma_readable_copy(d_o_in);
     const at::Tensor den = normalize ? dense_f32(den_in) : at::Tensor();
@@ -314,7 +305,7 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
     const at::Tensor d_kv = dense_f32(d_kv_in), d_k_sum = dense_f32(d_k_sum_in);
 
     tk_based::bwd_problem p{};
-    describe(p, q, k, v, scale, normalize, eps);
+    describe(p, q, k, v, scale, normalize, eps, algorithm);
     p.o = view_of(o);
     p.d_o = view_of(d_o);
     p.dq = out_of(dq);
@@ -329,12 +320,11 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
         p.d_kv0 = mut_ptr_or_null(d_kv0);
         p.d_k_sum0 = mut_ptr_or_null(d_k_sum0);
     }
-    // Read once: the workspace's size and the kernels launched follow from the same decision.
     const at::Tensor counter = task_counter(q_in.device());
     p.task_counter = counter.data_ptr<int>();
-    p.quadratic_max_len = tk_based::quadratic_max_len();
     // The kernels' scratch from torch's caching allocator (blocks 512-byte aligned): reused across calls and owned by a
-    // captured CUDA graph's pool like every other tensor, with no allocation call of its own on the stream.
+    // captured CUDA graph's pool like every other tensor, with no allocation call of its own on the stream. Its size
+    // follows from the same problem (the algorithm included) that the launch reads.
     const size_t workspace_bytes = tk_based::backward_workspace_bytes(p);
     at::Tensor workspace;
     if (workspace_bytes > 0) {
@@ -343,6 +333,30 @@ based_bwd_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor 
     }
     check_launch(tk_based::backward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based backward kernel");
     return {dq, dk, dv, d_kv0, d_k_sum0};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+based_fwd_cuda(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale,
+               bool normalize, double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt,
+               bool output_final_state, bool save_den) {
+    const at::Tensor kv0 = kv0_opt.value_or(at::Tensor()), k_sum0 = k_sum0_opt.value_or(at::Tensor());
+    const double s = fwd_rules(q, k, v, scale, eps, kv0, k_sum0);
+    return forward_cuda(q, k, v, s, normalize, eps, kv0, k_sum0, output_final_state, save_den,
+                        tk_based::algorithm_choice::automatic);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+based_bwd_cuda(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
+               const at::Tensor &d_o, const opt_tensor &den_opt, std::optional<double> scale, bool normalize,
+               double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt, const opt_tensor &d_kv_opt,
+               const opt_tensor &d_k_sum_opt, bool initial_state_grad) {
+    const at::Tensor den = den_opt.value_or(at::Tensor());
+    const at::Tensor kv0 = kv0_opt.value_or(at::Tensor()), k_sum0 = k_sum0_opt.value_or(at::Tensor());
+    const at::Tensor d_kv = d_kv_opt.value_or(at::Tensor()), d_k_sum = d_k_sum_opt.value_or(at::Tensor());
+    const double s = bwd_rules(q, k, v, o, d_o, den, scale, normalize, eps, kv0, k_sum0, d_kv, d_k_sum,
+                               initial_state_grad);
+    return backward_cuda(q, k, v, o, d_o, den, s, normalize, eps, kv0, k_sum0, d_kv, d_k_sum, initial_state_grad,
+                         tk_based::algorithm_choice::automatic);
 }
 
 tk_based::token3 token_of(const at::Tensor &t) {
@@ -371,9 +385,35 @@ at::Tensor based_step_cuda(const at::Tensor &q, const at::Tensor &k, const at::T
     p.scale = float(scale);
     p.normalize = normalize;
     p.eps = float(eps);
-    p.type = kernel_type(q);
+    p.type = dtype_of(q.scalar_type());
     check_launch(tk_based::step(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based_step kernel");
     return o;
+}
+
+// The testing ops: the public ops' rules, then the algorithm's.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+testing_fwd_cuda(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale,
+                 bool normalize, double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt,
+                 bool output_final_state, bool save_den, std::string_view algorithm) {
+    const at::Tensor kv0 = kv0_opt.value_or(at::Tensor()), k_sum0 = k_sum0_opt.value_or(at::Tensor());
+    const double s = fwd_rules(q, k, v, scale, eps, kv0, k_sum0);
+    const auto choice = algorithm_rules(TESTING_FWD, algorithm, kv0.defined() || output_final_state);
+    return forward_cuda(q, k, v, s, normalize, eps, kv0, k_sum0, output_final_state, save_den, choice);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+testing_bwd_cuda(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
+                 const at::Tensor &d_o, const opt_tensor &den_opt, std::optional<double> scale, bool normalize,
+                 double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt, const opt_tensor &d_kv_opt,
+                 const opt_tensor &d_k_sum_opt, bool initial_state_grad, std::string_view algorithm) {
+    const at::Tensor den = den_opt.value_or(at::Tensor());
+    const at::Tensor kv0 = kv0_opt.value_or(at::Tensor()), k_sum0 = k_sum0_opt.value_or(at::Tensor());
+    const at::Tensor d_kv = d_kv_opt.value_or(at::Tensor()), d_k_sum = d_k_sum_opt.value_or(at::Tensor());
+    const double s = bwd_rules(q, k, v, o, d_o, den, scale, normalize, eps, kv0, k_sum0, d_kv, d_k_sum,
+                               initial_state_grad);
+    const auto choice = algorithm_rules(TESTING_BWD, algorithm, kv0.defined() || d_kv.defined());
+    return backward_cuda(q, k, v, o, d_o, den, s, normalize, eps, kv0, k_sum0, d_kv, d_k_sum, initial_state_grad,
+                         choice);
 }
 
 // ---------------------------------------------------------------- Meta (torch.compile's fake tensors)
@@ -406,36 +446,27 @@ at::Tensor based_step_meta(const at::Tensor &q, const at::Tensor &k, const at::T
     return empty_step_output(v);
 }
 
-// ---------------------------------------------------------------- CPU: the op's rules, then the device rule
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-based_fwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale,
-              bool normalize, double eps, const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt,
-              bool output_final_state, bool save_den) {
-    const at::Tensor kv0 = kv0_opt.value_or(at::Tensor()), k_sum0 = k_sum0_opt.value_or(at::Tensor());
-    fwd_rules(q, k, v, scale, eps, kv0, k_sum0);
-    reject_cpu(BASED, {{"q", q}, {"k", k}, {"v", v}, {"initial_state kv", kv0}, {"initial_state k_sum", k_sum0}});
+testing_fwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, std::optional<double> scale,
+                 bool normalize, double eps, const opt_tensor &kv0, const opt_tensor &k_sum0, bool output_final_state,
+                 bool save_den, std::string_view algorithm) {
+    auto out = based_fwd_meta(q, k, v, scale, normalize, eps, kv0, k_sum0, output_final_state, save_den);
+    algorithm_rules(TESTING_FWD, algorithm, (kv0 && kv0->defined()) || output_final_state);
+    return out;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-based_bwd_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
-              const at::Tensor &d_o, const opt_tensor &den_opt, std::optional<double> scale, bool normalize, double eps,
-              const opt_tensor &kv0_opt, const opt_tensor &k_sum0_opt, const opt_tensor &d_kv_opt,
-              const opt_tensor &d_k_sum_opt, bool initial_state_grad) {
-    const at::Tensor den = den_opt.value_or(at::Tensor());
-    const at::Tensor kv0 = kv0_opt.value_or(at::Tensor()), k_sum0 = k_sum0_opt.value_or(at::Tensor());
-    const at::Tensor d_kv = d_kv_opt.value_or(at::Tensor()), d_k_sum = d_k_sum_opt.value_or(at::Tensor());
-    bwd_rules(q, k, v, o, d_o, den, scale, normalize, eps, kv0, k_sum0, d_kv, d_k_sum, initial_state_grad);
-    reject_cpu(BACKWARD, {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"den", den},
-                          {"initial_state kv", kv0}, {"initial_state k_sum", k_sum0}, {"d_kv", d_kv},
-                          {"d_k_sum", d_k_sum}});
+testing_bwd_meta(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &o,
+                 const at::Tensor &d_o, const opt_tensor &den, std::optional<double> scale, bool normalize, double eps,
+                 const opt_tensor &kv0, const opt_tensor &k_sum0, const opt_tensor &d_kv, const opt_tensor &d_k_sum,
+                 bool initial_state_grad, std::string_view algorithm) {
+    auto out = based_bwd_meta(q, k, v, o, d_o, den, scale, normalize, eps, kv0, k_sum0, d_kv, d_k_sum,
+                              initial_state_grad);
+    algorithm_rules(TESTING_BWD, algorithm, (kv0 && kv0->defined()) || (d_kv && d_kv->defined()));
+    return out;
 }
 
-at::Tensor based_step_cpu(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, at::Tensor &kv,
-                          at::Tensor &k_sum, std::optional<double> scale, bool normalize, double eps) {
-    step_rules(q, k, v, kv, k_sum, scale, eps);
-    reject_cpu(STEP, {{"q", q}, {"k", k}, {"v", v}, {"state kv", kv}, {"state k_sum", k_sum}});
-}
+// ---------------------------------------------------------------- without tensors
 
 // The value dimensions the kernels take, for modules that check their configuration when built.
 std::vector<int64_t> based_value_dims() {
@@ -443,18 +474,6 @@ std::vector<int64_t> based_value_dims() {
     for (int d = 1; d <= tk_based::MAX_VALUE_DIM; d++)
         if (tk_based::supported_value_dim(d)) dims.push_back(d);
     return dims;
-}
-
-// The longest sequence the quadratic kernels take (based_quad.h): returns the setting, and replaces it when `len` is
-// given (0 sends every call to the chunked kernels).
-int64_t based_quadratic_max_len(std::optional<int64_t> len) {
-    const int64_t current = tk_based::quadratic_max_len();
-    if (len) {
-        check_input(*len >= 0 && *len < (int64_t(1) << 30), "tk_ops.based quadratic_max_len",
-                    ": the length must be >= 0 and < 2^30, got ", *len);
-        tk_based::set_quadratic_max_len(int(*len));
-    }
-    return current;
 }
 
 } // namespace
@@ -470,7 +489,6 @@ TORCH_LIBRARY_FRAGMENT(tk_ops, m) {
     m.def("based_step(Tensor q, Tensor k, Tensor v, Tensor(a!) kv, Tensor(b!) k_sum, float? scale=None, "
           "bool normalize=True, float eps=1e-06) -> Tensor");
     m.def("based_value_dims() -> int[]", &based_value_dims);
-    m.def("based_quadratic_max_len(int? len=None) -> int", &based_quadratic_max_len);
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CUDA, m) {
@@ -486,7 +504,29 @@ TORCH_LIBRARY_IMPL(tk_ops, Meta, m) {
 }
 
 TORCH_LIBRARY_IMPL(tk_ops, CPU, m) {
-    m.impl("based_fwd", &based_fwd_cpu);
-    m.impl("based_bwd", &based_bwd_cpu);
-    m.impl("based_step", &based_step_cpu);
+    for (const char *op : {"based_fwd", "based_bwd", "based_step"}) m.impl(op, tk_kernels::cpu_refusal());
+}
+
+TORCH_LIBRARY_FRAGMENT(tk_ops_testing, m) {
+    m.def("based_fwd(Tensor q, Tensor k, Tensor v, float? scale=None, bool normalize=True, float eps=1e-06, "
+          "Tensor? kv0=None, Tensor? k_sum0=None, bool output_final_state=False, bool save_den=False, "
+          "str algorithm=\"auto\") -> (Tensor o, Tensor kv, Tensor k_sum, Tensor den)");
+    m.def("based_bwd(Tensor q, Tensor k, Tensor v, Tensor o, Tensor d_o, Tensor? den, float? scale=None, "
+          "bool normalize=True, float eps=1e-06, Tensor? kv0=None, Tensor? k_sum0=None, Tensor? d_kv=None, "
+          "Tensor? d_k_sum=None, bool initial_state_grad=False, str algorithm=\"auto\") "
+          "-> (Tensor dq, Tensor dk, Tensor dv, Tensor d_kv0, Tensor d_k_sum0)");
+}
+
+TORCH_LIBRARY_IMPL(tk_ops_testing, CUDA, m) {
+    m.impl("based_fwd", &testing_fwd_cuda);
+    m.impl("based_bwd", &testing_bwd_cuda);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops_testing, Meta, m) {
+    m.impl("based_fwd", &testing_fwd_meta);
+    m.impl("based_bwd", &testing_bwd_meta);
+}
+
+TORCH_LIBRARY_IMPL(tk_ops_testing, CPU, m) {
+    for (const char *op : {"based_fwd", "based_bwd"}) m.impl(op, tk_kernels::cpu_refusal());
 }

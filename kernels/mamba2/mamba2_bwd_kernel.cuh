@@ -80,6 +80,13 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_base : sc
         vec dt[HEADS_PER_TASK], cum[HEADS_PER_TASK];
         vec seq;
     };
+    struct output_block {
+        x_tile weighted[NUM_CONSUMERS]; // rows of dy or x weighted per token, an operand of the next product
+        image_tile image[NUM_CONSUMERS];
+        acc_tile staging[NUM_CONSUMERS];
+    };
+    static constexpr int INPUT_STAGES = tasks::template ring_stages<input_block, output_block>();
+    static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     __device__ static inline size_t token_row(const globals &g, const task &t, int consumer) {
         return (size_t(t.b) * g.heads + head_of(t, consumer)) * g.padded_len;
@@ -147,22 +154,10 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dc : mamb
     using typename base::globals;
     using typename base::input_block;
     using typename base::task;
-    using typename base::x_tile;
-    using typename base::image_tile;
-    using typename base::acc_tile;
     using typename base::state_tile;
     using typename base::T2;
     using base::CHUNK;
     using base::COLS;
-    using base::NUM_CONSUMERS;
-
-    struct output_block {
-        x_tile xw[NUM_CONSUMERS];
-        image_tile image[NUM_CONSUMERS];
-        acc_tile staging[NUM_CONSUMERS];
-    };
-    static constexpr int INPUT_STAGES = base::template ring_stages<input_block, output_block>();
-    static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     struct consumer_state {
         state_tile h; // H^T, as in the forward
@@ -198,18 +193,18 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dc : mamb
         const chunk::row_weights w = chunk::weights_of_rows(r, dt_v, cum_last, prev_seq, seq_last);
 
         // S = dY X^T and the carried state's part diag(exp cum) dY H (hi + lo images), on the tensor cores; the
-        // weighted dY (in the Xw tile until Xw is built) is rounded exactly as the backward walk rounds it into its
-        // state.
+        // weighted dY (in the weighted tile until Xw replaces it) is rounded exactly as the backward walk rounds it into
+        // its state.
         {
             rt<T, TILE_DIM, COLS> dy;
             warpgroup::load(dy, in.dy[me]);
-            chunk::store_weighted_rows(out.xw[me], dy, w.from_prev);
+            chunk::store_weighted_rows(out.weighted[me], dy, w.from_prev);
         }
         warpgroup::sync();
         rt_fl<TILE_DIM, CHUNK> s;
         rt_fl<TILE_DIM, N> dc;
-        warpgroup::mm_ABt(dc, out.xw[me], out.image[me]);
-        warpgroup::mma_ABt(dc, out.xw[me], base::image_lo(out.staging[me]), wgmma::chained);
+        warpgroup::mm_ABt(dc, out.weighted[me], out.image[me]);
+        warpgroup::mma_ABt(dc, out.weighted[me], base::image_lo(out.staging[me]), wgmma::chained);
         warpgroup::mm_ABt(s, in.dy[me], in.x[me]);
         warpgroup::mma_async_wait(s, dc);
         warpgroup::sync(); // every warp's share of the products has read the weighted dY
@@ -218,7 +213,7 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dc : mamb
         {
             rt<T, TILE_DIM, COLS> x;
             warpgroup::load(x, in.x[me]);
-            chunk::store_weighted_rows(out.xw[me], x, w.to_end_dt);
+            chunk::store_weighted_rows(out.weighted[me], x, w.to_end_dt);
         }
 
         // dC = diag(exp cum) dY H + (L o dY X^T) B, and the carried part's dy . (h C) = rowsum(diag(exp cum) dY H o C).
@@ -247,7 +242,7 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dc : mamb
         chunk::carry_across(c.state.h, cum_last, seq_last, prev_seq);
         c.state.prev_seq = seq_last;
         warpgroup::sync(); // every warp's rows of Xw are written
-        warpgroup::mma_AtB(c.state.h, in.B, out.xw[me]);
+        warpgroup::mma_AtB(c.state.h, in.B, out.weighted[me]);
 
         // While it runs: dC into the group's sum, and dD's sums (here, where few registers are live).
         warpgroup::mma_async_wait<1>(dc);
@@ -315,22 +310,10 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dx : mamb
     using typename base::globals;
     using typename base::input_block;
     using typename base::task;
-    using typename base::x_tile;
-    using typename base::image_tile;
-    using typename base::acc_tile;
     using typename base::state_tile;
     using typename base::T2;
     using base::CHUNK;
     using base::COLS;
-    using base::NUM_CONSUMERS;
-
-    struct output_block {
-        x_tile weighted[NUM_CONSUMERS]; // diag(exp cum) dY for the state update, then diag(dt w) X for dB
-        image_tile image[NUM_CONSUMERS];
-        acc_tile staging[NUM_CONSUMERS];
-    };
-    static constexpr int INPUT_STAGES = base::template ring_stages<input_block, output_block>();
-    static_assert(INPUT_STAGES >= 2, "Mamba-2 backward: the ring needs two stages at least");
 
     struct consumer_state {
         state_tile g; // G^T: (dL/dh at the end of the chunk being walked)^T

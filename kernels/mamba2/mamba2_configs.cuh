@@ -21,7 +21,7 @@ struct scan_config {
     // Consumer warpgroups per block, each holding the state of its columns (n x columns, fp32) in registers.
     int consumers = 2;
     // Two consumers and a producer are 384 threads, so ptxas fits each thread in 168 registers; the producer only
-    // issues TMA loads and gives its registers to the consumers, whose state and chunk products need 240
+    // issues TMA loads and hands its registers to the consumers, which hold the state and the chunk's products
     // (128 x 24 + 256 x 240 fits the register file).
     int producer_registers = 24;
     int consumer_registers = 240;
@@ -41,8 +41,10 @@ constexpr scan_config halves() { return {}; }
 
 } // namespace configs
 
-// Head pairs need a whole head's state per consumer (p = 64) and two heads of one group per task.
-constexpr bool use_head_pairs(int head_dim, int heads_per_group) { return head_dim == 64 && heads_per_group % 2 == 0; }
+// Head pairs need a whole head's state per consumer (p = 64) and a task's heads from one group.
+constexpr bool use_head_pairs(int head_dim, int heads_per_group) {
+    return head_dim == 64 && heads_per_group % configs::head_pairs().consumers == 0;
+}
 
 // The scan kernels that ship: p and n each 64 or 128, with head pairs where use_head_pairs() picks them. Calls
 // `launch.template operator()<P, N, CONFIG>()` for the problem's variant (the forward's and the backward's dispatch).
@@ -76,7 +78,7 @@ constexpr prepare_config prepare() { return {}; }
 // ---------------------------------------------------------------- the decoding step
 
 struct step_config {
-    // Warps per block. A block covers warps * (rows per warp) * unroll rows of head_dim.
+    // Warps per block: with unroll, the rows of head_dim one block covers (warps x rows per warp x unroll).
     int warps = 4;
     // Row sets a warp loads before using any: each lane keeps that many 16-byte loads of the state in flight (the
     // kernel is bound by memory bandwidth).

@@ -20,10 +20,10 @@ N <= 4096 and N > 65536, which for L = 2N (N a power of two from 128) equals
 (H, ceil(Nk / 4096), 4097). Passing it as ``k_f=`` (with k None) skips the spectrum computation, for inference with
 a fixed filter.
 
-The ops are ``torch.ops.tk_ops.fftconv_fwd(u, k, pregate, postgate, k_f)`` and
-``torch.ops.tk_ops.fftconv_spectrum(k, n)`` (kernels/fftconv/binding.cpp, which holds every argument rule), and the
-backward ``torch.ops.tk_ops.fftconv_bwd(u, k, pregate, postgate, k_f, dy, output_mask) -> (du, dk, dpregate,
-dpostgate)`` (kernels/fftconv/bwd_binding.cpp).
+The ops are ``torch.ops.tk_ops.fftconv_fwd(u, k, pregate, postgate, k_f)``,
+``torch.ops.tk_ops.fftconv_spectrum(k, n)`` and the backward ``torch.ops.tk_ops.fftconv_bwd(u, k, pregate, postgate,
+k_f, dy, output_mask) -> (du, dk, dpregate, dpostgate)`` (kernels/fftconv/binding.cpp, which holds every argument
+rule).
 
 Gradients flow to u, k (in k's dtype) and the gates through ``torch.ops.tk_ops.fftconv_bwd`` (registered as the
 op's autograd formula in C++, kernels/fftconv/autograd.cpp; torch.compile and CUDA graphs take it like any op): those
@@ -47,13 +47,7 @@ def fftconv(u: torch.Tensor, k: torch.Tensor | None, pregate: torch.Tensor | Non
             postgate: torch.Tensor | None = None, k_f: torch.Tensor | None = None) -> torch.Tensor:
     """y = postgate * causal_conv(u * pregate, k), differentiable in u, k and the gates (module docstring). Pass k,
     or k = None and its spectrum ``k_f = fftconv_spectrum(k, N)``."""
-    args = (u, k, pregate, postgate, k_f)
-    try:
-        return _ext.ops("fftconv").fftconv_fwd(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.fftconv", "fftconv_fwd", args) from None
+    return _ext.call("fftconv", "fftconv_fwd", "tk_ops.fftconv", u, k, pregate, postgate, k_f)
 
 
 def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
@@ -61,10 +55,4 @@ def fftconv_spectrum(k: torch.Tensor, N: int) -> torch.Tensor:
     rfft(k, L) (H, L / 2 + 1), L the FFT size of length N, or per filter block for 4096 < N <= 65536 (module docstring)."""
     if isinstance(N, bool) or not isinstance(N, int):
         raise InputError(f"tk_ops.fftconv_spectrum: N must be an int, got {type(N).__name__}")
-    args = (k, N)
-    try:
-        return _ext.ops("fftconv").fftconv_spectrum(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.fftconv_spectrum", "fftconv_spectrum", args) from None
+    return _ext.call("fftconv", "fftconv_spectrum", "tk_ops.fftconv_spectrum", k, N)

@@ -1,7 +1,7 @@
 """The FFT convolution benchmark's cases, without a GPU: sizes and the FLOP convention, the torch.fft formulation
 held to the float64 reference (values and gradients), FlashFFTConv as a peer only when it imports and with the
 causal FFT size, the arguments every side gets, --backward's training-step cases (tk_ops's on CPU stand-ins for its
-forward kernels), and the sizes tk_ops refuses recorded as its result while the peers are still timed."""
+ops' kernels), and the sizes tk_ops refuses recorded as its result while the peers are still timed."""
 import math
 
 import pytest
@@ -152,16 +152,16 @@ def test_training_step_gives_the_reference_gradients(gated):
 
 @pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
 def test_tk_ops_training_step_gives_the_reference_gradients(gated):
-    """tk_ops's timed function runs its backward (on CPU stand-ins for the forward kernels, as in
-    test_fftconv_bwd_api.py) and returns the gradients of u, k and the gates in the order torch.fft's come."""
+    """tk_ops's timed function runs its backward (on CPU stand-ins for the ops' kernels, as in test_fftconv_bwd_api.py)
+    and returns the gradients of u, k and the gates in the order torch.fft's come."""
     skip_unless_built("the FFT convolution ops", "fftconv")
-    from .test_fftconv_bwd_api import cpu_forward_kernels
+    from .test_fftconv_bwd_api import cpu_kernels
     inputs = fftconv.make_inputs(64, 2, heads=3, gated=gated, backward=True, device="cpu")
     leaves = [t.detach().double().requires_grad_() for t in inputs[:-1] if t is not None]
     args64 = iter(leaves)
     expect = torch.autograd.grad(ref.fftconv(*(None if t is None else next(args64) for t in inputs[:4]),
                                              form="direct"), leaves, inputs[-1].double())
-    with cpu_forward_kernels():
+    with cpu_kernels():
         grads = fftconv._training_step(fftconv._ours)(*inputs)
     assert len(grads) == len(expect)
     for got, want in zip(grads, expect):

@@ -1,9 +1,11 @@
 """The FFT convolution's backward without a GPU: the autograd formula (kernels/fftconv/autograd.cpp) on meta tensors
 (which gradient reaches which input, with each gate present or absent and any set of inputs requiring one; the mask
-fftconv_bwd is asked with), the backward op's rules (kernels/fftconv/bwd_binding.cpp), the refusal of gradients for
-the cached spectrum, opcheck and torch.compile tracing, and the backward's composition itself (the time-reversed
-forward for u and pregate, the forward with dy as postgate, dk's FFTs) run by the op's CPU kernel on CPU stand-ins
-for the forward and spectrum kernels, against autograd through the float64 reference."""
+fftconv_bwd is asked with), the backward op's rules (kernels/fftconv/binding.cpp), the refusal of gradients for the
+cached spectrum; the cuFFT path's algorithm of the gradients (kernels/fftconv/fftconv_cufft.cpp), forced on CPU
+tensors through tk_ops_testing, against autograd through the float64 reference; and the formula's values, opcheck and
+torch.compile tracing on CPU stand-ins for the ops' kernels. The backward on our kernels (the time-reversed forward
+for u and pregate, the forward with dy as postgate, the filter-gradient kernels) is tested on the GPU
+(tests/gpu/ops/test_fftconv_bwd.py)."""
 import itertools
 from contextlib import contextmanager
 
@@ -13,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import tk_ops
 from tk_ops import reference
+from tk_ops._testing import fftconv as _testing_fftconv
 from tk_ops.errors import DeviceMismatchError, InputError
 
 from ..util import empty as t, skip_unless_built
@@ -170,40 +173,22 @@ def test_backward_meta_shapes(mask, built):
             assert grad.shape == (0,), name
 
 
-# ---------------------------------------------------------------- the composition on CPU stand-ins
+# ---------------------------------------------------------------- the cuFFT path's algorithm on the CPU
 
 def fft_size(n):
-    """The kernels' FFT size for length n (kernels/fftconv/fftconv.h)."""
+    """The kernels' FFT size for length n <= 4096 (kernels/fftconv/fftconv_configs.cuh)."""
     size = 256
     while size < 2 * n:
         size *= 2
     return size
 
 
-def _standin_spectrum(k, n):
-    return torch.fft.rfft(k.double(), n=fft_size(n)).to(torch.complex64)
-
-
-def _standin_forward(u, k, pregate=None, postgate=None, k_f=None):
-    """What the CUDA forward computes, in float64 through the kernels' FFT size and spectrum layout, rounded once."""
-    n = u.shape[-1]
-    spectrum = _standin_spectrum(k, n) if k_f is None else k_f
-    v = u.double() if pregate is None else u.double() * pregate.double()
-    y = torch.fft.irfft(torch.fft.rfft(v, n=fft_size(n)) * spectrum.to(torch.complex128), n=fft_size(n))[..., :n]
-    return (y if postgate is None else y * postgate.double()).to(u.dtype)
-
-
-@contextmanager
-def cpu_forward_kernels():
-    """CPU stand-ins for the forward and spectrum kernels, registered for the duration of the block: the backward
-    op's CPU kernel then runs its composition on them."""
-    lib = torch.library.Library("tk_ops", "IMPL")
-    try:
-        torch.library.register_kernel("tk_ops::fftconv_fwd", "cpu", _standin_forward, lib=lib)
-        torch.library.register_kernel("tk_ops::fftconv_spectrum", "cpu", _standin_spectrum, lib=lib)
-        yield
-    finally:
-        lib._destroy()
+def correlation_size(n):
+    """The cuFFT path's FFT size: the smallest power of two >= 2n."""
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    return size
 
 
 def problem(b, h, n, nk, gates, dtype=torch.bfloat16, k_dtype=torch.float32, seed=0):
@@ -229,82 +214,157 @@ def rel_err(got, want):
     return ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-# By the gradient's dtype: 16-bit ones are forward results (one rounding in the stand-in) or products of them, or dk
-# rounded once; an fp32 dk comes from exact fp32 products through fp32 FFTs. A wrong reversal, gate or lag is of
-# order 1.
+# By the gradient's dtype: 16-bit ones are fp32 results rounded once; an fp32 dk comes from exact fp32 products through
+# fp32 FFTs. A wrong correlation, gate or lag is of order 1.
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+
+def cufft_grads(x, mask, fft=None):
+    """The gradients of the cuFFT path's algorithm (tk_ops_testing), by name, at fft (default: the op's size)."""
+    n = x["u"].shape[-1]
+    grads = _testing_fftconv.bwd_by_cufft(x["u"], x["k"], x["pregate"], x["postgate"], x["dy"], mask,
+                                          correlation_size(n) if fft is None else fft)
+    return dict(zip(LEAVES, grads))
 
 
 @pytest.mark.parametrize("dtype, k_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16)],
                          ids=["bf16_k_fp32", "fp16_k_bf16"])
 @pytest.mark.parametrize("n, nk", [(1, 1), (7, 7), (7, 3), (100, 100), (256, 40)])
 @pytest.mark.parametrize("gates", GATES, ids=GATES)
-def test_composition_gives_the_reference_gradients(gates, n, nk, dtype, k_dtype, built):
+def test_cufft_backward_gives_the_reference_gradients(gates, n, nk, dtype, k_dtype, built):
+    """The algorithm of the gradients past the block path (dv by a correlation in frequency, dpostgate, dk's sum over
+    the batch), forced on short CPU sequences, against autograd through the float64 reference."""
     x = problem(3, 2, n, nk, GATES[gates], dtype, k_dtype)
     names = ("u", "k") + GATES[gates]
     want = reference_grads(x, names)
-    with cpu_forward_kernels():
-        leaves = [x[name].requires_grad_() for name in names]
-        y = tk_ops.fftconv(x["u"], x["k"], x["pregate"], x["postgate"])
-        got = dict(zip(names, torch.autograd.grad(y, leaves, x["dy"])))
+    got = cufft_grads(x, [name in names for name in LEAVES])
     for name in names:
-        assert got[name].dtype == x[name].dtype and got[name].shape == x[name].shape
+        assert got[name].dtype == x[name].dtype and got[name].shape == x[name].shape and got[name].is_contiguous()
         err = rel_err(got[name], want[name])
         assert err <= TOL[x[name].dtype], f"d{name}: relative error {err:.2e}"
 
 
-def test_composition_with_a_cached_spectrum(built):
-    x = problem(3, 2, 100, 30, ("pregate", "postgate"))
-    names = ("u", "pregate", "postgate")
-    want = reference_grads(x, names)
-    with cpu_forward_kernels():
-        k_f = tk_ops.fftconv_spectrum(x["k"], 100)
-        leaves = [x[name].requires_grad_() for name in names]
-        y = tk_ops.fftconv(x["u"], None, x["pregate"], x["postgate"], k_f=k_f)
-        got = torch.autograd.grad(y, leaves, x["dy"])
-    for name, grad in zip(names, got):
-        assert rel_err(grad, want[name]) <= TOL[grad.dtype], name
+@pytest.mark.parametrize("fft", [200, 203, 1024])
+def test_cufft_backward_at_any_size_without_wrapping(fft, built):
+    """Every FFT size from 2N on gives the same gradients (the correlation and the convolution have no wrapped terms),
+    and a smaller one is refused."""
+    x = problem(2, 3, 100, 60, ("pregate", "postgate"), torch.float16)
+    want = reference_grads(x, LEAVES)
+    got = cufft_grads(x, [True] * 4, fft)
+    for name in LEAVES:
+        assert rel_err(got[name], want[name]) <= TOL[x[name].dtype], name
+    with pytest.raises(ValueError, match="the FFT size 199 must be at least 2N = 200"):
+        cufft_grads(x, [True] * 4, 199)
 
 
-def test_composition_takes_an_expanded_output_gradient(built):
+@pytest.mark.parametrize("asked", [("u",), ("k",), ("pregate",), ("postgate",), ("u", "postgate"), ("k", "pregate")])
+def test_cufft_backward_computes_only_what_is_asked_for(asked, built):
+    x = problem(3, 2, 50, 20, ("pregate", "postgate"))
+    want = reference_grads(x, asked)
+    got = cufft_grads(x, [name in asked for name in LEAVES])
+    for name in LEAVES:
+        if name in asked:
+            assert rel_err(got[name], want[name]) <= TOL[x[name].dtype], name
+        else:
+            assert got[name].shape == (0,), name
+
+
+def test_cufft_backward_takes_an_expanded_output_gradient(built):
     """y.sum() hands the backward an expanded (stride 0) dy."""
     x = problem(2, 3, 50, 50, ("pregate", "postgate"))
-    x["dy"] = torch.ones(2, 3, 50, dtype=torch.bfloat16)
-    names = LEAVES
-    want = reference_grads(x, names)
-    with cpu_forward_kernels():
-        leaves = [x[name].requires_grad_() for name in names]
-        y = tk_ops.fftconv(x["u"], x["k"], x["pregate"], x["postgate"])
-        got = torch.autograd.grad(y.sum(), leaves)
-    for name, grad in zip(names, got):
-        assert rel_err(grad, want[name]) <= TOL[grad.dtype], name
+    x["dy"] = torch.ones(1, 1, 1, dtype=torch.bfloat16).expand(2, 3, 50)
+    want = reference_grads(x, LEAVES)
+    got = cufft_grads(x, [True] * 4)
+    for name in LEAVES:
+        assert rel_err(got[name], want[name]) <= TOL[x[name].dtype], name
 
 
-# ---------------------------------------------------------------- torch.compile's path
+def test_cufft_backward_of_an_empty_batch(built):
+    x = problem(0, 2, 50, 20, ("pregate",))
+    got = cufft_grads(x, [True, True, True, False])
+    assert got["u"].shape == got["pregate"].shape == (0, 2, 50)
+    assert torch.equal(got["k"], torch.zeros(2, 20))
+
 
 class PassThrough(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
 
 
-def test_backward_op_gives_the_same_under_a_dispatch_mode(built):
+def test_cufft_backward_gives_the_same_under_a_dispatch_mode(built):
     """torch.compile's AOT path calls the op from a Python dispatch mode's handler, where a lazily conjugated
     spectrum once lost its conjugation (dk was the convolution instead of the correlation)."""
     x = problem(3, 2, 20, 9, ("pregate", "postgate"))
-    args = (*(x[name] for name in LEAVES), None, x["dy"], [True, True, True, True])
-    with cpu_forward_kernels():
-        eager = torch.ops.tk_ops.fftconv_bwd(*args)
-        with PassThrough():
-            moded = torch.ops.tk_ops.fftconv_bwd(*args)
-    for name, e, m in zip(LEAVES, eager, moded):
-        assert torch.equal(e, m), f"d{name}"
+    eager = cufft_grads(x, [True] * 4)
+    with PassThrough():
+        moded = cufft_grads(x, [True] * 4)
+    for name in LEAVES:
+        assert torch.equal(eager[name], moded[name]), f"d{name}"
+
+
+def test_opcheck_cufft_backward(built):
+    """Schema and fake-vs-real metadata of the internal op, whose outputs the public backward's Meta kernel shapes."""
+    x = problem(3, 2, 20, 9, ("pregate", "postgate"))
+    args = (x["u"], x["k"], x["pregate"], x["postgate"], x["dy"])
+    for mask in ([True, True, True, True], [False, True, False, True]):
+        torch.library.opcheck(torch.ops.tk_ops_testing.fftconv_bwd_by_cufft, (*args, mask, 64))
+
+
+# ---------------------------------------------------------------- the public ops on CPU stand-ins
+
+def _standin_spectrum(k, n):
+    return torch.fft.rfft(k.double(), n=fft_size(n)).to(torch.complex64)
+
+
+def _standin_forward(u, k, pregate=None, postgate=None, k_f=None):
+    """What the CUDA forward computes, in float64 through the kernels' FFT size and spectrum layout, rounded once."""
+    n = u.shape[-1]
+    spectrum = _standin_spectrum(k, n) if k_f is None else k_f
+    v = u.double() if pregate is None else u.double() * pregate.double()
+    y = torch.fft.irfft(torch.fft.rfft(v, n=fft_size(n)) * spectrum.to(torch.complex128), n=fft_size(n))[..., :n]
+    return (y if postgate is None else y * postgate.double()).to(u.dtype)
+
+
+def _standin_backward(u, k, pregate, postgate, k_f, dy, output_mask):
+    """The gradients by the cuFFT path's algorithm (which takes k: enough for the calls below, which all pass it)."""
+    return tuple(_testing_fftconv.bwd_by_cufft(u, k, pregate, postgate, dy, output_mask, fft_size(u.shape[-1])))
+
+
+@contextmanager
+def cpu_kernels():
+    """CPU stand-ins for the forward, spectrum and backward ops' kernels, registered for the duration of the block: the
+    autograd formula, opcheck and torch.compile then run on the CPU."""
+    lib = torch.library.Library("tk_ops", "IMPL")
+    try:
+        torch.library.register_kernel("tk_ops::fftconv_fwd", "cpu", _standin_forward, lib=lib)
+        torch.library.register_kernel("tk_ops::fftconv_spectrum", "cpu", _standin_spectrum, lib=lib)
+        torch.library.register_kernel("tk_ops::fftconv_bwd", "cpu", _standin_backward, lib=lib)
+        yield
+    finally:
+        lib._destroy()
+
+
+@pytest.mark.parametrize("gates", GATES, ids=GATES)
+def test_autograd_formula_on_cpu_standins_gives_the_reference_gradients(gates, built):
+    """Values, not only shapes (the meta tests above): the formula hands dy and the saved inputs to the backward op and
+    each of its results to its input."""
+    x = problem(3, 2, 100, 30, GATES[gates])
+    names = ("u", "k") + GATES[gates]
+    want = reference_grads(x, names)
+    with cpu_kernels():
+        leaves = [x[name].requires_grad_() for name in names]
+        y = tk_ops.fftconv(x["u"], x["k"], x["pregate"], x["postgate"])
+        got = dict(zip(names, torch.autograd.grad(y, leaves, x["dy"])))
+    for name in names:
+        assert got[name].dtype == x[name].dtype and got[name].shape == x[name].shape
+        assert rel_err(got[name], want[name]) <= TOL[x[name].dtype], name
 
 
 def test_opcheck_ops(built):
     """Schema, fake-vs-real metadata, autograd registration and AOT dispatch (torch.compile's path) of the forward,
     differentiated, and of the backward op, on the CPU stand-ins."""
     x = problem(3, 2, 20, 9, ("pregate", "postgate"))
-    with cpu_forward_kernels():
+    with cpu_kernels():
         args = [x[name].requires_grad_() for name in LEAVES]
         torch.library.opcheck(torch.ops.tk_ops.fftconv_fwd, (*args, None))
         torch.library.opcheck(torch.ops.tk_ops.fftconv_fwd, (args[0], args[1], None, args[3], None))
@@ -320,7 +380,7 @@ def test_compiled_forward_and_backward_trace(built):
     def loss(u, k, pregate, postgate):
         return tk_ops.fftconv(u * 2, k, pregate, postgate).float().square().sum()
 
-    with cpu_forward_kernels():
+    with cpu_kernels():
         leaves = [x[name].requires_grad_() for name in LEAVES]
         eager = torch.autograd.grad(loss(*leaves), leaves)
         compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")

@@ -1,4 +1,4 @@
-"""tk_ops.mamba2_step checks that need no GPU: the op's argument rules (kernels/mamba2/step_binding.cpp, run by its CPU
+"""tk_ops.mamba2_step checks that need no GPU: the op's argument rules (kernels/mamba2/binding.cpp, run by its CPU
 and Meta kernels as by the CUDA one), the Meta kernel's output, the schema's in-place marking, and the wrapper's own
 check of Python types."""
 import pytest

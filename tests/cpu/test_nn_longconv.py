@@ -1,8 +1,9 @@
 """tk_ops.nn.LongConv without a GPU: its parameters (names, shapes, dtypes, initial values), the checks of its
-configuration and of its inputs (made before any kernel runs), and its math: with the convolution op replaced by the
-float64 reference, the module equals a float64 composition written out independently (the window, the skip term
-added after the convolution rather than folded into the filter, the gates, the (B, N, d_model) layout), forward and
-the gradients of every parameter, the input and the gates."""
+configuration and of what the op cannot see of its inputs (made before any kernel runs), the op's own checks of the
+rest, and its math: with the convolution op replaced by the float64 reference, the module equals a float64
+composition written out independently (the window, the skip term added after the convolution rather than folded into
+the filter, the gates, the (B, N, d_model) layout), forward and the gradients of every parameter, the input and the
+gates."""
 import math
 
 import pytest
@@ -12,6 +13,7 @@ import tk_ops
 from tk_ops import reference
 from tk_ops.errors import DTypeError, InputError
 from tk_ops.nn import LongConv
+from tk_ops.nn import fftconv as longconv_module
 
 from ..util import skip_unless_built
 
@@ -20,14 +22,15 @@ GATES = {"none": (), "pre": ("pregate",), "post": ("postgate",), "both": ("prega
 
 @pytest.fixture
 def reference_conv(monkeypatch):
-    """The module's convolution op replaced by the float64 reference, without rounding its output (so the module's
-    own math can be held to float64 precision); records what the op receives."""
+    """The module's convolution op (tk_ops.fftconv as python/tk_ops/nn/fftconv.py calls it) replaced by the float64
+    reference, without rounding its output (so the module's own math can be held to float64 precision); records what
+    the op receives."""
     seen = []
 
     def conv(u, k, pregate=None, postgate=None):
         seen.append(dict(u=u, k=k, pregate=pregate, postgate=postgate))
         return reference.fftconv(u, k, pregate, postgate, form="direct")
-    monkeypatch.setattr(LongConv, "conv", staticmethod(conv))
+    monkeypatch.setattr(longconv_module, "fftconv", conv)
     return seen
 
 
@@ -132,28 +135,41 @@ def test_max_len_is_held_to_the_kernels_longest_sequence():
 
 
 def test_inputs_are_checked_before_the_op(reference_conv):
+    """What the op cannot see: the module's (B, N, d_model) layout and its filter's length."""
     m = LongConv(16, 100)
     u = torch.zeros(2, 30, 16, dtype=torch.bfloat16)
     cases = [
-        (InputError, r"input must be \(batch, seq_len, 16\), got shape \(30, 16\)", (u[0],), {}),
-        (InputError, r"input must be \(batch, seq_len, 16\), got shape \(2, 16, 30\)", (u.transpose(1, 2),), {}),
-        (InputError, r"input must be \(batch, seq_len, 16\), got list", ([1, 2],), {}),
-        (InputError, "seq_len = 101 must be between 1 and max_len = 100, the filter's length; build the module "
-                     "with a larger max_len", (torch.zeros(2, 101, 16, dtype=torch.bfloat16),), {}),
-        (InputError, "seq_len = 0 must be between 1 and max_len = 100", (u[:, :0],), {}),
-        (DTypeError, "input must be bfloat16 or float16, got torch.float32", (u.float(),), {}),
-        (InputError, r"pregate must have the input's shape \(2, 30, 16\), got shape \(2, 29, 16\)", (u,),
-         dict(pregate=u[:, 1:])),
-        (InputError, r"postgate must have the input's shape \(2, 30, 16\), got float", (u,), dict(postgate=1.0)),
-        (DTypeError, "postgate must have the input's dtype torch.bfloat16, got torch.float16", (u,),
-         dict(postgate=u.half())),
+        (r"input must be \(batch, seq_len, 16\), got shape \(30, 16\)", u[0]),
+        (r"input must be \(batch, seq_len, 16\), got shape \(2, 16, 30\)", u.transpose(1, 2)),
+        (r"input must be \(batch, seq_len, 16\), got list", [1, 2]),
+        ("seq_len = 101 must be between 1 and max_len = 100, the filter's length; build the module with a larger "
+         "max_len", torch.zeros(2, 101, 16, dtype=torch.bfloat16)),
+        ("seq_len = 0 must be between 1 and max_len = 100", u[:, :0]),
     ]
-    for error, match, args, kwargs in cases:
-        with pytest.raises(error, match="tk_ops.nn.LongConv: " + match):
-            m(*args, **kwargs)
+    for match, arg in cases:
+        with pytest.raises(InputError, match="tk_ops.nn.LongConv: " + match):
+            m(arg)
     assert not reference_conv  # nothing reached the op
     m(u, pregate=u, postgate=u)  # and the shapes the messages ask for pass
     assert len(reference_conv) == 1
+
+
+def test_the_op_checks_the_rest():
+    """The input's dtype and the gates are the op's rules (kernels/fftconv/binding.cpp), which it checks on CPU
+    tensors as on the GPU, in its own (B, d_model, N) layout."""
+    skip_unless_built("the FFT convolution op", "fftconv")
+    m = LongConv(16, 100)
+    u = torch.zeros(2, 30, 16, dtype=torch.bfloat16)
+    cases = [
+        (DTypeError, "u must be bfloat16 or float16, got torch.float32", (u.float(),), {}),
+        (InputError, r"pregate must have u's shape \(2, 16, 30\), got \(2, 16, 29\)", (u,), dict(pregate=u[:, 1:])),
+        (InputError, r"pregate must have u's shape \(2, 16, 30\), got \(30, 16\)", (u,), dict(pregate=u[0])),
+        (DTypeError, "postgate must be a torch.Tensor or None, got float", (u,), dict(postgate=1.0)),
+        (DTypeError, "postgate must have u's dtype torch.bfloat16, got torch.float16", (u,), dict(postgate=u.half())),
+    ]
+    for error, match, args, kwargs in cases:
+        with pytest.raises(error, match="tk_ops.fftconv: " + match):
+            m(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- the math
@@ -201,7 +217,7 @@ def test_output_takes_the_ops_dtype(monkeypatch):
     """With a stand-in that rounds as the op does, the module returns u's dtype in u's layout."""
     def rounded(u, k, pregate=None, postgate=None):
         return reference.fftconv(u, k, pregate, postgate).to(u.dtype)
-    monkeypatch.setattr(LongConv, "conv", staticmethod(rounded))
+    monkeypatch.setattr(longconv_module, "fftconv", rounded)
     m = LongConv(8, 32)
     for dtype in (torch.bfloat16, torch.float16):
         u = torch.randn(2, 32, 8).to(dtype)

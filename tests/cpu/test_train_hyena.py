@@ -102,9 +102,14 @@ def test_first_step_check_tells_a_defect_from_a_twin(example):
     batch = example.make_data(1, 2, 96, 0, "cpu")[0]
     same = copy.deepcopy(model)
     assert example.compare_first_step(model, same, batch)[1] == 0.0
+    class DelayedLongConv(example.TorchLongConv):
+        def convolve(self, u, k, pregate, postgate):
+            return example.torch_fftconv(u, torch.nn.functional.pad(k, (1, 0))[:, :k.shape[1]], pregate, postgate)
+
     delayed = copy.deepcopy(model)
-    delayed.blocks[1].mixer.filter.conv = lambda u, k, pre, post: example.torch_fftconv(
-        u, torch.nn.functional.pad(k, (1, 0))[:, :k.shape[1]], pre, post)
+    delayed_filter = DelayedLongConv(64, 96)
+    delayed_filter.load_state_dict(model.blocks[1].mixer.filter.state_dict())
+    delayed.blocks[1].mixer.filter = delayed_filter
     name, err = example.compare_first_step(delayed, model, batch)
     assert err > 5 * example.FIRST_STEP_TOLERANCE and name.startswith("blocks."), (name, err)
     assert all(p.grad is None for p in model.parameters())  # the check leaves no gradients behind

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _ext
-from ..errors import DTypeError, ExtensionNotBuiltError, FamilyNotBuiltError, InputError
+from ..errors import ExtensionNotBuiltError, FamilyNotBuiltError, InputError
 from ..fftconv import fftconv
 
 
@@ -44,11 +44,11 @@ class LongConv(torch.nn.Module):
     reads (B, d_model, N) rows: u and the gates are handed to it as transposed views (it makes each dense, one copy),
     and y is a transposed (B, N, d_model) view of its (B, d_model, N) output. Every parameter, u and the gates train
     through the op's backward.
-    """
 
-    # The convolution forward runs, with tk_ops.fftconv's signature on (B, H, N) tensors (a PyTorch twin of the module
-    # may swap in its own).
-    conv = staticmethod(fftconv)
+    The module checks what the op cannot see (u's (B, N, d_model) layout and N <= max_len); the op checks the rest
+    (dtypes, the gates' shapes) and names the op's (B, d_model, N) layout. ``convolve`` is the one call of the op: a
+    subclass may compute the convolution otherwise (examples/train_hyena.py's PyTorch twin does).
+    """
 
     def __init__(self, d_model: int, max_len: int, decay_span: tuple[float, float] = (0.3, 1.5), device=None):
         super().__init__()
@@ -98,13 +98,21 @@ class LongConv(torch.nn.Module):
 
     def forward(self, u: torch.Tensor, pregate: torch.Tensor | None = None,
                 postgate: torch.Tensor | None = None) -> torch.Tensor:
-        self._check(u, pregate, postgate)
-        pre, post = (None if g is None else g.transpose(1, 2) for g in (pregate, postgate))
-        y = self.conv(u.transpose(1, 2), self.effective_filter(u.shape[1]), pre, post)
+        self._check(u)
+        # The gates as the op reads them; anything else reaches the op as it is, which says what it takes.
+        pre, post = (g.transpose(1, 2) if isinstance(g, torch.Tensor) and g.dim() == 3 else g
+                     for g in (pregate, postgate))
+        y = self.convolve(u.transpose(1, 2), self.effective_filter(u.shape[1]), pre, post)
         return y.transpose(1, 2)
 
-    def _check(self, u, pregate, postgate) -> None:
-        # Here rather than in the op, so that the messages speak of the module's (B, N, d_model) layout.
+    def convolve(self, u: torch.Tensor, k: torch.Tensor, pregate: torch.Tensor | None,
+                 postgate: torch.Tensor | None) -> torch.Tensor:
+        """postgate * causal_conv(u * pregate, k) on (B, d_model, N) rows with the effective filter k (d_model, N):
+        :func:`tk_ops.fftconv`."""
+        return fftconv(u, k, pregate, postgate)
+
+    def _check(self, u) -> None:
+        # What the op cannot know: the module's (B, N, d_model) layout and its filter's length.
         name = "tk_ops.nn.LongConv"
         if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.d_model:
             got = f"shape {tuple(u.shape)}" if isinstance(u, torch.Tensor) else type(u).__name__
@@ -112,16 +120,6 @@ class LongConv(torch.nn.Module):
         if not 1 <= u.shape[1] <= self.max_len:
             raise InputError(f"{name}: seq_len = {u.shape[1]} must be between 1 and max_len = {self.max_len}, the "
                              f"filter's length; build the module with a larger max_len for longer sequences")
-        if u.dtype not in (torch.bfloat16, torch.float16):
-            raise DTypeError(f"{name}: input must be bfloat16 or float16, got {u.dtype}")
-        for gate_name, gate in (("pregate", pregate), ("postgate", postgate)):
-            if gate is None:
-                continue
-            if not isinstance(gate, torch.Tensor) or gate.shape != u.shape:
-                got = f"shape {tuple(gate.shape)}" if isinstance(gate, torch.Tensor) else type(gate).__name__
-                raise InputError(f"{name}: {gate_name} must have the input's shape {tuple(u.shape)}, got {got}")
-            if gate.dtype != u.dtype:
-                raise DTypeError(f"{name}: {gate_name} must have the input's dtype {u.dtype}, got {gate.dtype}")
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, decay_span={self.decay_span}"
