@@ -26,7 +26,8 @@
 // Value splits: the fp32 state takes 2.5 VT registers per thread, so VT (the value columns of one task) is at most
 // 64; a wider v (Dv > 64) is cut into two tasks of 64 columns, the second zero-filled by TMA past Dv. dq and dk sum
 // over all value columns, so then (SPLIT) each task adds its share into an fp32 accumulator by TMA reduce-adds and
-// a conversion kernel (based_bwd_convert_kernel.cuh) writes them out; the dD terms, which do not depend on value columns, are counted by split 0.
+// a conversion kernel (based_bwd_convert_kernel.cuh) writes them out; the dD terms, which do not depend on value
+// columns, are counted by split 0.
 //
 // Ragged length: TMA zero-fills q, k, v, dO past the end and the preparation leaves rinv = dD = 0 there, so padded
 // queries carry no gradient and add nothing to R; a padded key is later than every real query (causal mask) and its

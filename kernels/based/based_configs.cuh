@@ -35,46 +35,36 @@ template <const lcsf_config &C> struct lcsf_numbers {
     static constexpr int CONSUMER_REGISTERS = C.consumer_registers;
 };
 
-// Every Based kernel runs two consumers and a producer: 384 threads, for which ptxas fits each thread in 168
-// registers. The producer only issues TMA, so it keeps 24 and the consumers take the rest, 240 each (2 x 128 x 240 +
-// 128 x 24 = 64,512 of the 65,536).
-inline constexpr int PRODUCER_REGISTERS = 24, CONSUMER_REGISTERS = 240;
+// Every Based kernel's block: two consumers of 64 rows (a chunk or block of 128 tokens) and a producer, 384 threads,
+// for which ptxas fits each thread in 168 registers. The producer only issues TMA, so it keeps 24 and the consumers,
+// which hold the accumulators (and in the chunked kernels the fp32 state), take the rest: 240 each
+// (2 x 128 x 240 + 128 x 24 = 64,512 of the 65,536). The kernels differ in the depth of their ring.
+constexpr lcsf_config based_block(int input_stages) {
+    return {.consumers = 2,
+            .consumer_rows = 64,
+            .input_stages = input_stages,
+            .producer_registers = 24,
+            .consumer_registers = 240};
+}
 
-// The chunked forward: chunks of 128 tokens, each consumer 64 query rows of a chunk and part of the fp32 state
-// (feature rows x value columns) in its registers. Two stages (Q, K, V of a chunk, 8 KB + 16 KB at Dv = 64): the next
-// chunk arrives while this one computes; the shared memory past them holds the feature tiles and the state's images
-// of both parities (212 KB at Dv = 64, docs/based.md).
-inline constexpr lcsf_config CHUNKED_FORWARD{.consumers = 2,
-                                             .consumer_rows = 64,
-                                             .input_stages = 2,
-                                             .producer_registers = PRODUCER_REGISTERS,
-                                             .consumer_registers = CONSUMER_REGISTERS};
+// The chunked forward: each consumer takes 64 query rows of a chunk and part of the fp32 state (feature rows x value
+// columns). Two stages (Q, K, V of a chunk, 8 KB + 16 KB at Dv = 64): the next chunk arrives while this one
+// computes; the shared memory past them holds the feature tiles and the state's images of both parities (212 KB at
+// Dv = 64, docs/based.md).
+inline constexpr lcsf_config CHUNKED_FORWARD = based_block(2);
 
 // The chunked backward's two passes: the forward's chunks and state split. Two stages of 41 KB (q, k, v, dO halves,
 // rinv and dD at Dv = 64); the passes' feature tiles and images take 125 - 136 KB more (208 - 222 KB in all).
-inline constexpr lcsf_config CHUNKED_BACKWARD{.consumers = 2,
-                                              .consumer_rows = 64,
-                                              .input_stages = 2,
-                                              .producer_registers = PRODUCER_REGISTERS,
-                                              .consumer_registers = CONSUMER_REGISTERS};
+inline constexpr lcsf_config CHUNKED_BACKWARD = based_block(2);
 
-// The quadratic forward: a task is 128 query rows, 64 per consumer, walking the key tiles. A stage is one key tile
-// (K, V and room for the task's Q: 40 KB at a value tile of 128), and nothing but the output staging shares the
-// shared memory, so three stages fit (152 KB) and TMA runs two tiles ahead of consumers that spend little time on
-// each.
-inline constexpr lcsf_config QUADRATIC_FORWARD{.consumers = 2,
-                                               .consumer_rows = 64,
-                                               .input_stages = 3,
-                                               .producer_registers = PRODUCER_REGISTERS,
-                                               .consumer_registers = CONSUMER_REGISTERS};
+// The quadratic forward: a task is 128 query rows walking the key tiles. A stage is one key tile (K, V and room for
+// the task's Q: 40 KB at a value tile of 128), and nothing but the output staging shares the shared memory, so three
+// stages fit (152 KB) and TMA runs two tiles ahead of consumers that spend little time on each.
+inline constexpr lcsf_config QUADRATIC_FORWARD = based_block(3);
 
 // The quadratic backward's two passes: a stage carries a tile of the walked side and, with a task's first tile, the
 // task's own rows (73 KB at a value tile of 128), so two stages fit beside the output staging (up to 36 KB).
-inline constexpr lcsf_config QUADRATIC_BACKWARD{.consumers = 2,
-                                                .consumer_rows = 64,
-                                                .input_stages = 2,
-                                                .producer_registers = PRODUCER_REGISTERS,
-                                                .consumer_registers = CONSUMER_REGISTERS};
+inline constexpr lcsf_config QUADRATIC_BACKWARD = based_block(2);
 
 // Tokens per chunk of the chunked backward (its scratch rows are padded to whole chunks).
 inline constexpr int BWD_CHUNK = CHUNKED_BACKWARD.block_rows();

@@ -71,8 +71,8 @@ template <typename T, int DV> struct based_quad_bwd : lcsf_numbers<QUADRATIC_BAC
     // for dq or dk (`scaled`), which takes the scale here; `stores` issues store_rows for every output tile, once the
     // previous task's stores have read the staging tiles.
     template <typename Stores>
-    __device__ static inline void finish_rows(rt_fl<TILE_DIM, DK> &scaled, const task &t, int me, int len, float scale,
-                                              Stores &&stores) {
+    __device__ static inline void finish_gradients(rt_fl<TILE_DIM, DK> &scaled, const task &t, int me, int len,
+                                                   float scale, Stores &&stores) {
         if (t.block * BLOCK + me * HALF >= len) return;
         for_each_pair([&](pair_pos, float2 &d) {
             d.x *= scale;

@@ -122,7 +122,7 @@ template <typename T, int DV> struct based_quad_bwd<T, DV>::dkv_pass : based_qua
 
     __device__ static inline void finish(lcsf::consumer_args<dkv_pass> &c) {
         const int me = c.consumer;
-        base::finish_rows(c.state.dk, c.task, me, c.g.len, c.g.scale, [&] {
+        base::finish_gradients(c.state.dk, c.task, me, c.g.len, c.g.scale, [&] {
             base::store_rows(c.g.dk, c.output.dk_staging[me], c.state.dk, c.task, me);
             base::store_rows(c.g.dv, c.output.dv_staging[me], c.state.dv, c.task, me);
         });

@@ -113,8 +113,8 @@ template <typename T, int DV> struct based_quad_bwd<T, DV>::dq_pass : based_quad
 
     __device__ static inline void finish(lcsf::consumer_args<dq_pass> &c) {
         const int me = c.consumer;
-        base::finish_rows(c.state.dq, c.task, me, c.g.len, c.g.scale,
-                          [&] { base::store_rows(c.g.dq, c.output.staging[me], c.state.dq, c.task, me); });
+        base::finish_gradients(c.state.dq, c.task, me, c.g.len, c.g.scale,
+                               [&] { base::store_rows(c.g.dq, c.output.staging[me], c.state.dq, c.task, me); });
     }
 };
 

@@ -233,10 +233,12 @@ at::Tensor dense_f32(const at::Tensor &t) {
 const float *ptr_or_null(const at::Tensor &t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 float *mut_ptr_or_null(at::Tensor &t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-// The fields the forward and backward problems share.
+// The fields the forward and backward problems share: the inputs, sizes and options, the initial state (kernel-readable
+// or undefined) and the task counter (held by the caller until the launch).
 template <typename Problem>
-void describe(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, double scale, bool normalize,
-              double eps, tk_based::algorithm_choice algorithm) {
+void describe(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &kv0,
+              const at::Tensor &k_sum0, const at::Tensor &counter, double scale, bool normalize, double eps,
+              tk_based::algorithm_choice algorithm) {
     p.q = view_of(q);
     p.k = view_of(k);
     p.v = view_of(v);
@@ -248,6 +250,9 @@ void describe(Problem &p, const at::Tensor &q, const at::Tensor &k, const at::Te
     p.normalize = normalize;
     p.eps = float(eps);
     p.type = dtype_of(q.scalar_type());
+    p.kv0 = ptr_or_null(kv0);
+    p.k_sum0 = ptr_or_null(k_sum0);
+    p.task_counter = counter.data_ptr<int>();
     p.algorithm = algorithm;
 }
 
@@ -266,19 +271,16 @@ forward_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &v
     at::Tensor den = empty_den(q_in, save_den);
     const at::Tensor q = tma_readable_copy(q_in), k = tma_readable_copy(k_in), v = tma_readable_copy(v_in);
     const at::Tensor kv0 = dense_f32(kv0_in), k_sum0 = dense_f32(k_sum0_in);
+    const at::Tensor counter = task_counter(q_in.device());
 
     tk_based::fwd_problem p{};
-    describe(p, q, k, v, scale, normalize, eps, algorithm);
+    describe(p, q, k, v, kv0, k_sum0, counter, scale, normalize, eps, algorithm);
     p.o = out_of(o);
-    p.kv0 = ptr_or_null(kv0);
-    p.k_sum0 = ptr_or_null(k_sum0);
     if (output_final_state) {
         p.kv_final = kv.data_ptr<float>();
         p.k_sum_final = k_sum.data_ptr<float>();
     }
     if (save_den) p.den = den.data_ptr<float>();
-    const at::Tensor counter = task_counter(q_in.device());
-    p.task_counter = counter.data_ptr<int>();
     check_launch(tk_based::forward(p, at::cuda::getCurrentCUDAStream()), "tk_ops.based kernel");
     return {o, kv, k_sum, den};
 }
@@ -303,25 +305,22 @@ backward_cuda(const at::Tensor &q_in, const at::Tensor &k_in, const at::Tensor &
     const at::Tensor den = normalize ? dense_f32(den_in) : at::Tensor();
     const at::Tensor kv0 = dense_f32(kv0_in), k_sum0 = dense_f32(k_sum0_in);
     const at::Tensor d_kv = dense_f32(d_kv_in), d_k_sum = dense_f32(d_k_sum_in);
+    const at::Tensor counter = task_counter(q_in.device());
 
     tk_based::bwd_problem p{};
-    describe(p, q, k, v, scale, normalize, eps, algorithm);
+    describe(p, q, k, v, kv0, k_sum0, counter, scale, normalize, eps, algorithm);
     p.o = view_of(o);
     p.d_o = view_of(d_o);
     p.dq = out_of(dq);
     p.dk = out_of(dk);
     p.dv = out_of(dv);
     p.den = ptr_or_null(den);
-    p.kv0 = ptr_or_null(kv0);
-    p.k_sum0 = ptr_or_null(k_sum0);
     p.d_kv_final = ptr_or_null(d_kv);
     p.d_k_sum_final = ptr_or_null(d_k_sum);
     if (initial_state_grad) {
         p.d_kv0 = mut_ptr_or_null(d_kv0);
         p.d_k_sum0 = mut_ptr_or_null(d_k_sum0);
     }
-    const at::Tensor counter = task_counter(q_in.device());
-    p.task_counter = counter.data_ptr<int>();
     // The kernels' scratch from torch's caching allocator (blocks 512-byte aligned): reused across calls and owned by a
     // captured CUDA graph's pool like every other tensor, with no allocation call of its own on the stream. Its size
     // follows from the same problem (the algorithm included) that the launch reads.

@@ -1,8 +1,9 @@
 // The FFT convolution ops as torch sees them (schemas, and their CUDA, Meta and CPU kernels):
 //
 //   fftconv_fwd(u, k, pregate, postgate, k_f) -> y          y = postgate * causal_conv(u * pregate, k)
-//   fftconv_spectrum(k, n) -> k_f                            the filter's spectrum for sequences of length n (fftconv.h):
-//                                                            rfft(k, L), or per filter block on the block path
+//   fftconv_spectrum(k, n) -> k_f                            the filter's spectrum for sequences of length n
+//                                                            (fftconv.h): rfft(k, L), or per filter block on the
+//                                                            block path
 //   fftconv_bwd(u, k, pregate, postgate, k_f, dy, output_mask) -> (du, dk, dpregate, dpostgate)
 //                                                            the gradients of fftconv_fwd (fftconv_bwd.h)
 //   fftconv_max_len() -> int                                 the longest sequence the ops take
@@ -164,12 +165,13 @@ at::Tensor empty_output(const at::Tensor &u) {
     return at::empty_symint(u.sym_sizes(), u.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
-// The spectrum's shape for a filter of `taps` taps and sequences of length n: (heads, L / 2 + 1), or on the block path
+// The spectrum of a filter of `taps` taps for sequences of length n: (heads, L / 2 + 1), or on the block path
 // (heads, blocks_of(taps), BLOCK_FFT / 2 + 1).
-std::vector<int64_t> spectrum_shape(int64_t heads, int64_t taps, int64_t n, int fft) {
+at::Tensor empty_spectrum(const at::Tensor &like, int64_t heads, int64_t taps, int64_t n, int fft) {
     std::vector<int64_t> shape{heads, spectrum_len(fft)};
     if (path_of(n) == path::blocks) shape.insert(shape.begin() + 1, blocks_of(taps));
-    return shape;
+    if (like.is_cuda()) return at::detail::empty_cuda(shape, at::kComplexFloat, like.device(), std::nullopt);
+    return at::empty(shape, like.options().dtype(at::kComplexFloat));
 }
 
 // Whether the backward has nothing to compute: an empty batch, whose dk (no terms in its sum) is zero.
@@ -187,7 +189,9 @@ bool empty_batch(const at::Tensor &u, const output_mask &mask, gradients &out) {
 at::Tensor spectrum_of(const at::Tensor &k, const at::Tensor &k_f, int64_t n, int fft) {
     if (k_f.defined()) return k_f.resolve_conj().contiguous();
     if (path_of(n) == path::cufft && k.size(0) > 0) return spectrum_by_cufft(k, fft);
-    return spectrum_by_kernel(k, n, fft);
+    const at::Tensor spectrum = empty_spectrum(k, k.size(0), k.size(1), n, fft);
+    spectrum_by_kernel(k, n, fft, spectrum);
+    return spectrum;
 }
 
 at::Tensor spectrum_cuda(const at::Tensor &k, int64_t n) {
@@ -260,9 +264,8 @@ at::Tensor fwd_meta(const at::Tensor &u, const opt_tensor &k, const opt_tensor &
 
 at::Tensor spectrum_meta(const at::Tensor &k, int64_t n) {
     const int fft = spectrum_rules(k, n);
-    const std::vector<int64_t> shape =
-        spectrum_shape(k.sym_size(0).guard_int(__FILE__, __LINE__), k.sym_size(1).guard_int(__FILE__, __LINE__), n, fft);
-    return at::empty(shape, k.options().dtype(at::kComplexFloat));
+    return empty_spectrum(k, k.sym_size(0).guard_int(__FILE__, __LINE__), k.sym_size(1).guard_int(__FILE__, __LINE__),
+                          n, fft);
 }
 
 grads_tuple bwd_meta(const at::Tensor &u, const opt_tensor &k, const opt_tensor &pregate, const opt_tensor &postgate,

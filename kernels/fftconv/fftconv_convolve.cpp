@@ -6,8 +6,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/EmptyTensor.h>
 
-#include <vector>
-
 #include "common/checks.h"
 #include "fftconv.h"
 
@@ -24,18 +22,15 @@ const void *pointer(const at::Tensor &t) { return t.defined() ? t.data_ptr() : n
 
 } // namespace
 
-at::Tensor spectrum_by_kernel(const at::Tensor &k, int64_t n, int fft) {
+void spectrum_by_kernel(const at::Tensor &k, int64_t n, int fft, const at::Tensor &k_f) {
     const bool blocks = path_of(n) == path::blocks;
-    const int64_t heads = k.size(0), taps = k.size(1), count = blocks ? blocks_of(taps) : 1;
-    std::vector<int64_t> shape{heads, spectrum_len(fft)};
-    if (blocks) shape.insert(shape.begin() + 1, count);
-    at::Tensor k_f = at::detail::empty_cuda(shape, at::kComplexFloat, k.device(), std::nullopt);
-    if (heads == 0) return k_f;
+    const int64_t heads = k.size(0), taps = k.size(1);
+    if (heads == 0) return;
     const spectrum_problem p{k.data_ptr(), k.stride(0), k.stride(1), dtype_of(k.scalar_type()),
-                             reinterpret_cast<float2 *>(k_f.data_ptr()), int(heads), int(taps), int(count),
-                             blocks ? BLOCK_LEN : fft / 2, fft};
-    check_launch(filter_spectrum(p, at::cuda::getCurrentCUDAStream()), "tk_ops.fftconv: computing the filter's spectrum");
-    return k_f;
+                             reinterpret_cast<float2 *>(k_f.data_ptr()), int(heads), int(taps),
+                             blocks ? int(blocks_of(taps)) : 1, blocks ? BLOCK_LEN : fft / 2, fft};
+    check_launch(filter_spectrum(p, at::cuda::getCurrentCUDAStream()),
+                 "tk_ops.fftconv: computing the filter's spectrum");
 }
 
 at::Tensor convolve_by_kernels(const at::Tensor &u_in, const at::Tensor &pregate_in, const at::Tensor &postgate_in,

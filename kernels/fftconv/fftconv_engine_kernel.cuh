@@ -1,10 +1,10 @@
 // The FFT engine of the FFT convolution kernels (docs/fftconv.md, "The FFT engine"): an L-point FFT in place on a
 // pair of shared-memory planes, L = R * 16^A (R in 1, 2, 4, 8; A >= 2), decimation in frequency, level by level. The
-// outer radix-R step runs on the CUDA cores as the input is loaded (fftconv_io_kernel.cuh); then one radix-16 step per level of
-// length LS = 16^A .. 16, each a product of the 16-point DFT matrix with 16-digit columns of the planes (mma.sync; the
-// matrix lives in registers, the columns arrive by ldmatrix) and a twiddle e^(-2 pi i j t / LS) per output. The
-// frequencies end in digit-reversed positions; the inverse runs the levels back (conjugate matrices and twiddles) and
-// leaves the samples in natural order. Complex products are real ones on stacked operands,
+// outer radix-R step runs on the CUDA cores as the input is loaded (fftconv_io_kernel.cuh); then one radix-16 step per
+// level of length LS = 16^A .. 16, each a product of the 16-point DFT matrix with 16-digit columns of the planes
+// (mma.sync; the matrix lives in registers, the columns arrive by ldmatrix) and a twiddle e^(-2 pi i j t / LS) per
+// output. The frequencies end in digit-reversed positions; the inverse runs the levels back (conjugate matrices and
+// twiddles) and leaves the samples in natural order. Complex products are real ones on stacked operands,
 // [Yr; Yi] = [[Fr, -Fi], [Fi, Fr]] [Xr; Xi], so nothing is recombined after the tensor cores. The DFT matrices carry
 // 1 / sqrt(16) (the radix-R steps 1 / sqrt(R)): every step is unitary, so every 16-bit intermediate stays at the scale
 // of the data and no 1 / L is needed at the end.
@@ -175,8 +175,8 @@ template <typename T, int L> struct fftconv_engine {
     }
 
     // Where value v of lane `lane` in a tile's output fragment sits in a table stored in fragment order: each of a
-    // warp's two 16-byte loads reads 512 contiguous bytes. Value v is element v % 2 of the output half v / 2 of
-    // mma_16x8x16 (its place: detail::reg::mma_16x8_output_place).
+    // warp's two 16-byte loads reads 512 contiguous bytes. Value v is mma_16x8x16's output value v (its row and column:
+    // detail::reg::mma_16x8_output_row and _col).
     __device__ static inline int fragment_slot(int tile, int lane, int v) { return ((2 * tile + v / 2) * WARP_THREADS + lane) * 2 + v % 2; }
 
     // Multiplies a tile's outputs by twiddles stored in its fragment order (index: tile within the table's period).
@@ -366,9 +366,9 @@ template <typename T, int L> struct fftconv_engine {
             const bool inv = idx - base >= len;
             const int local = idx - base - (inv ? len : 0);
             const int tile = local / 128, lane = local / 2 % 32, v = local / 64 % 2 * 2 + local % 2; // fragment_slot
-            const int hi = detail::reg::mma_16x8_output_row(lane, v);         // output digit
+            const int hi = detail::reg::mma_16x8_output_row(lane, v);       // output digit
             const int col = detail::reg::mma_16x8_output_col(lane) + v % 2; // column in the tile
-            const int ls = len, st = ls / 16;            // the level the twiddle belongs to
+            const int ls = len, st = ls / 16;                               // the level the twiddle belongs to
             int e;
             if (!inv) e = hi * (8 * tile + col); // forward step at level ls: digit j = hi, position 8 tile + col
             else if (st / 16 == 1) e = (8 * tile + col) * hi; // inverse step at level 16: column o < 16, digit hi

@@ -169,9 +169,8 @@ template <typename K> __global__ __launch_bounds__(K::THREADS, 1) void fftconv_b
 // blocks' values at e (gathered from their rfft halves, K[L - f] = conj K[f], in digit-reversed order) are read once,
 // the pairs' spectra with consecutive threads on consecutive slots. HELD >= blocks are held in registers (held_blocks,
 // fftconv_configs.cuh).
-template <typename T, int HELD>
-__global__ __launch_bounds__(PRODUCT_THREADS) void block_products(uint32_t *spectra, const float2 *k_f, int heads,
-                                                                  int pairs_per_head, int blocks, int kblocks) {
+template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS)
+void block_products(uint32_t *spectra, const float2 *k_f, int heads, int pairs_per_head, int blocks, int kblocks) {
     using S = fftconv_engine<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -210,10 +209,9 @@ __global__ __launch_bounds__(PRODUCT_THREADS) void block_products(uint32_t *spec
 // The filter gradient's correlation spectra: C_d = sum over the head's pairs and blocks i of conj(X_i) G_(i+d),
 // d = 0 .. kblocks, X and G the blocks' spectra of v = u * pregate and g = dy * postgate (run_forward's outputs). One
 // thread per (head, fragment slot e), as block_products; fp32 sums written as float2 in fragment_slot order.
-template <typename T, int HELD>
-__global__ __launch_bounds__(PRODUCT_THREADS) void block_correlations(const uint32_t *xs, const uint32_t *gs,
-                                                                      float2 *correlations, int heads,
-                                                                      int pairs_per_head, int blocks, int kblocks) {
+template <typename T, int HELD> __global__ __launch_bounds__(PRODUCT_THREADS)
+void block_correlations(const uint32_t *xs, const uint32_t *gs, float2 *correlations, int heads, int pairs_per_head,
+                        int blocks, int kblocks) {
     using S = fftconv_engine<T, BLOCK_FFT>;
     constexpr int L = BLOCK_FFT;
     const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

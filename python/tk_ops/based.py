@@ -56,13 +56,8 @@ def based(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None
         raise _python_type_error("tk_ops.based", scale, eps, normalize=normalize,
                                  output_final_state=output_final_state)
     kv0, k_sum0 = _state_pair("tk_ops.based", "initial_state", initial_state, optional=True)
-    args = (q, k, v, scale, normalize, eps, kv0, k_sum0, output_final_state, False)
-    try:
-        o, kv, k_sum, _ = _ext.ops("based").based_fwd(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.based", "based_fwd", args) from None
+    o, kv, k_sum, _ = _ext.call("based", "based_fwd", "tk_ops.based", q, k, v, scale, normalize, eps, kv0, k_sum0,
+                                output_final_state, False)
     return (o, (kv, k_sum)) if output_final_state else o
 
 
@@ -73,28 +68,12 @@ def based_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: tuple[t
     if not isinstance(normalize, bool) or isinstance(scale, bool) or isinstance(eps, bool):
         raise _python_type_error("tk_ops.based_step", scale, eps, normalize=normalize)
     kv, k_sum = _state_pair("tk_ops.based_step", "state", state, optional=False)
-    args = (q, k, v, kv, k_sum, scale, normalize, eps)
-    try:
-        return _ext.ops("based").based_step(*args)
-    except Exception as e:
-        if torch.compiler.is_compiling():
-            raise
-        raise _ext.op_error(e, "tk_ops.based_step", "based_step", args) from None
+    return _ext.call("based", "based_step", "tk_ops.based_step", q, k, v, kv, k_sum, scale, normalize, eps)
 
 
 def value_dims() -> list[int]:
     """The value dimensions (v's last) this build's Based kernels take."""
     return list(_ext.require("based").based_value_dims())
-
-
-def quadratic_max_len(n: int | None = None) -> int:
-    """The longest sequence for which ``based`` and its backward run the quadratic kernels (the N x N pair weights,
-    as attention does) instead of the chunked ones (the 160-feature state); only calls with no state in or out take
-    them. Returns the setting; with ``n``, replaces it for the process (0: always chunked) and returns the old one.
-    For tests and tuning: the default is the measured crossover (docs/based.md, "Two algorithms")."""
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 1 << 30):
-        raise InputError(f"tk_ops.based quadratic_max_len: n must be None or an int from 0 to 2^30 - 1, got {n!r}")
-    return int(_ext.require("based").based_quadratic_max_len(n))
 
 
 def _python_type_error(name: str, scale, eps, **flags) -> InputError:

@@ -100,9 +100,10 @@ def test_based_op_wants_both_parts_of_a_state(built):
 
 
 def test_based_rejects_cpu_tensors(built):
-    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but q is on cpu"):
+    cpu = r"tk_ops.based_fwd: tk_ops kernels run on CUDA tensors, but q is on cpu; move it with \.cuda\(\)"
+    with pytest.raises(DeviceMismatchError, match=cpu):
         tk_ops.based(*qkv())
-    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors"):
+    with pytest.raises(DeviceMismatchError, match=cpu):
         tk_ops.based(*qkv(), initial_state=state())
 
 
@@ -119,25 +120,58 @@ def test_value_dims_come_from_the_build(built):
     assert value_dims() == [16, 32, 48, 64, 80, 96, 112, 128]
 
 
-@pytest.mark.parametrize("bad", [-1, 1 << 30, 2.0, True, "1024"])
-def test_quadratic_max_len_rejects(bad):
-    from tk_ops.based import quadratic_max_len
-    with pytest.raises(InputError, match="quadratic_max_len: n must be None or an int"):
-        quadratic_max_len(bad)
+# ---------------------------------------------------------------- the testing ops: the algorithm per call
+
+def test_the_algorithm_is_no_public_setting(built):
+    """The public ops choose their kernels by shape; tests choose per call, through the tk_ops_testing ops."""
+    assert not hasattr(torch.ops.tk_ops, "based_quadratic_max_len")
+    assert hasattr(torch.ops.tk_ops_testing, "based_fwd") and hasattr(torch.ops.tk_ops_testing, "based_bwd")
 
 
-def test_quadratic_max_len_is_a_process_setting(built):
-    from tk_ops.based import quadratic_max_len
-    default = quadratic_max_len()
-    assert default == 1024  # the measured crossover (docs/based.md)
-    try:
-        assert quadratic_max_len(0) == default and quadratic_max_len() == 0
-        assert torch.ops.tk_ops.based_quadratic_max_len(77) == 0 and quadratic_max_len() == 77
-        with pytest.raises(ValueError, match="the length must be >= 0"):
-            torch.ops.tk_ops.based_quadratic_max_len(-5)
-        assert quadratic_max_len() == 77
-    finally:
-        quadratic_max_len(default)
+@pytest.mark.parametrize("algorithm", ["auto", "chunked", "quadratic"])
+def test_testing_ops_follow_the_public_rules(algorithm, built):
+    """tk_ops_testing.based_fwd / based_bwd are the public ops plus the algorithm: the same rules and outputs."""
+    from tk_ops._testing.based import based_bwd, based_fwd
+    q, k, v = qkv(2, 3, 40, 48, device="meta")
+    o, kv, k_sum, den = based_fwd(q, k, v, save_den=True, algorithm=algorithm)
+    assert o.shape == v.shape and kv.shape == k_sum.shape == (0,) and den.shape == (2, 3, 40)
+    dq, dk, dv, d_kv0, _ = based_bwd(q, k, v, o, o, den, algorithm=algorithm)
+    assert (dq.shape, dk.shape, dv.shape, d_kv0.shape) == (q.shape, k.shape, v.shape, (0,))
+    with pytest.raises(TypeError, match="q must be bfloat16 or float16"):
+        based_fwd(q.float(), k, v, algorithm=algorithm)
+    with pytest.raises(ValueError, match="den .* is needed when normalize is set"):
+        based_bwd(q, k, v, o, o, None, algorithm=algorithm)
+
+
+def test_testing_ops_refuse_what_the_algorithm_cannot_run(built):
+    from tk_ops._testing.based import based_bwd, based_fwd
+    q, k, v = qkv(device="meta")
+    kv0, k_sum0 = state(device="meta")
+    with pytest.raises(ValueError, match='tk_ops_testing.based_fwd: algorithm must be "auto", "chunked" or '
+                                         '"quadratic", got "fast"'):
+        based_fwd(q, k, v, algorithm="fast")
+    no_state = 'algorithm "quadratic" takes no state in or out'
+    with pytest.raises(ValueError, match="tk_ops_testing.based_fwd: " + no_state):
+        based_fwd(q, k, v, kv0=kv0, k_sum0=k_sum0, algorithm="quadratic")
+    with pytest.raises(ValueError, match=no_state):
+        based_fwd(q, k, v, output_final_state=True, algorithm="quadratic")
+    o = t(1, 2, 8, 64, device="meta")
+    with pytest.raises(ValueError, match="tk_ops_testing.based_bwd: " + no_state):
+        based_bwd(q, k, v, o, o, None, normalize=False, d_kv=kv0, d_k_sum=k_sum0, algorithm="quadratic")
+    # The chunked kernels carry the state.
+    based_fwd(q, k, v, kv0=kv0, k_sum0=k_sum0, output_final_state=True, algorithm="chunked")
+    based_bwd(q, k, v, o, o, None, normalize=False, kv0=kv0, k_sum0=k_sum0, d_kv=kv0, d_k_sum=k_sum0,
+              initial_state_grad=True, algorithm="chunked")
+
+
+def test_testing_ops_refuse_cpu_tensors(built):
+    from tk_ops._testing.based import based_bwd, based_fwd
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"tk_ops_testing.based_fwd: tk_ops kernels run on CUDA tensors, but q is on "
+                                         r"cpu; move it with \.cuda\(\)"):
+        based_fwd(q, k, v, algorithm="quadratic")
+    with pytest.raises(ValueError, match="tk_ops_testing.based_bwd: tk_ops kernels run on CUDA tensors, but q is on"):
+        based_bwd(q, k, v, v, v, None, normalize=False, algorithm="chunked")
 
 
 # ---------------------------------------------------------------- based_step: argument rules
@@ -170,7 +204,8 @@ def test_step_rejects(change, kind, match, built):
 
 
 def test_step_rejects_cpu_tensors(built):
-    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but q is on cpu"):
+    with pytest.raises(DeviceMismatchError, match=r"tk_ops.based_step: tk_ops kernels run on CUDA tensors, but q is on "
+                                                  r"cpu; move it with \.cuda\(\)"):
         tk_ops.based_step(*step_args())
 
 

@@ -3,8 +3,8 @@ engine's transform (outer radix-R step on the first half of the samples, radix-1
 digit-reversed positions, the inverse back to natural order), the pair of rows as one complex sequence, the block
 path's overlap-add over blocks of L / 2 samples, and the filter gradient's identities (the real part of the inverse
 of sum conj(Zv) Zg over pairs; the lag blocks). These are the index maps and formulas the CUDA code implements
-(kernels/fftconv/fft_steps.cuh: frequency_at and the twiddle tables; fft_io.cuh: the outer steps;
-fftconv_long_kernel.cuh; fftconv_dk_kernel.cuh), held to the definitions without a GPU."""
+(kernels/fftconv/fftconv_engine_kernel.cuh: frequency_at and the twiddle tables; fftconv_io_kernel.cuh: the outer
+steps; fftconv_long_kernel.cuh; fftconv_dk_kernel.cuh), held to the definitions without a GPU."""
 import math
 
 import pytest
@@ -36,7 +36,7 @@ def split(size):
 
 
 def frequency_at(p, size):
-    """The frequency at plane position p after the forward levels (fft_steps.cuh's frequency_at)."""
+    """The frequency at plane position p after the forward levels (fftconv_engine_kernel.cuh's frequency_at)."""
     r, a = split(size)
     m = size // r
     f, scale, p = p // m, r, p % m

@@ -78,11 +78,14 @@ def test_spectrum_rejects(k, n, kind, match, built):
 
 
 def test_rejects_cpu_tensors(built):
-    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but u is on cpu"):
+    """The CPU kernels (common/cpu_refusal.h) name the op's schema and the first CPU tensor by its argument's name."""
+    with pytest.raises(DeviceMismatchError, match=r"^tk_ops.fftconv_fwd: tk_ops kernels run on CUDA tensors, but u is "
+                                                  r"on cpu; move it with .cuda\(\)$"):
         tk_ops.fftconv(*conv_args())
-    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors"):
+    with pytest.raises(DeviceMismatchError, match="tk_ops.fftconv_fwd: tk_ops kernels run on CUDA tensors, but u is on"):
         tk_ops.fftconv(*conv_args(), pregate=t(2, 4, 100), postgate=t(2, 4, 100))
-    with pytest.raises(DeviceMismatchError, match="tk_ops kernels run on CUDA tensors, but k is on cpu"):
+    with pytest.raises(DeviceMismatchError, match=r"^tk_ops.fftconv_spectrum: tk_ops kernels run on CUDA tensors, but k "
+                                                  r"is on cpu; move it with .cuda\(\)$"):
         tk_ops.fftconv_spectrum(t(4, 10, dtype=torch.float32), 10)
 
 

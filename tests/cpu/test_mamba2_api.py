@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tk_ops
-from tk_ops.errors import DeviceMismatchError, DTypeError, InputError, TkOpsError
+from tk_ops.errors import DeviceMismatchError, DTypeError, InputError
 
 from ..util import empty as t, skip_unless_built
 

@@ -1,5 +1,6 @@
 """Based calls for compute-sanitizer (memcheck / racecheck / synccheck): the forward with and without the recurrent
-state, the backward through it, and decoding steps; each case also without any state, on the quadratic kernels.
+state, the backward through it, and decoding steps; each case also without any state, on the quadratic kernels
+(forced per call through the testing ops, tk_ops._testing.based).
 
     compute-sanitizer --tool memcheck python tools/check/sanitize_based.py
     compute-sanitizer --tool racecheck python tools/check/sanitize_based.py --small
@@ -12,7 +13,7 @@ import argparse
 import torch
 
 import tk_ops
-from tk_ops.based import quadratic_max_len
+from tk_ops._testing.based import based_bwd, based_fwd
 from tk_ops.reference.based import based as reference
 
 DEFAULT_CASES = [(1, 2, 17, 64), (2, 3, 300, 48), (1, 2, 1000, 112), (2, 80, 260, 64), (1, 1, 4200, 128)]
@@ -28,21 +29,17 @@ def main():
     ops = set(args.ops.split(","))
     torch.manual_seed(0)
     for b, h, n, dv in SMALL_CASES if args.small else DEFAULT_CASES:
-        # No state in or out: the quadratic kernels (at every length here), forward and backward.
-        grad = "backward" in ops
-        old = quadratic_max_len(1 << 29)
-        try:
-            q, k = (torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(2))
-            v = torch.randn(b, h, n, dv, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
-            o = tk_ops.based(q, k, v)
-            if not args.small:
-                ref = reference(q, k, v)
-                err = ((o.double() - ref).norm() / ref.norm()).item()
-                assert err < 2e-2, (b, h, n, dv, "quadratic", err)
-            if grad:
-                o.float().square().sum().backward()
-        finally:
-            quadratic_max_len(old)
+        # No state in or out: the quadratic kernels (at every length here), forward and backward (the gradient of
+        # o.float().square().sum(), as the cases below take).
+        q, k = (torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        v = torch.randn(b, h, n, dv, device="cuda", dtype=torch.bfloat16)
+        o, _, _, den = based_fwd(q, k, v, save_den=True, algorithm="quadratic")
+        if not args.small:
+            ref = reference(q, k, v)
+            err = ((o.double() - ref).norm() / ref.norm()).item()
+            assert err < 2e-2, (b, h, n, dv, "quadratic", err)
+        if "backward" in ops:
+            based_bwd(q, k, v, o, 2 * o, den, algorithm="quadratic")
         for with_state in (False, True):
             grad = "backward" in ops
             q = torch.randn(b, h, n, 16, device="cuda", dtype=torch.bfloat16, requires_grad=grad)

@@ -3,13 +3,14 @@ on the GPU: du, dk, dpregate and dpostgate for lengths 1 .. 4096 (every built FF
 shorter than the sequence, bf16 and fp16 inputs, fp32, bf16 and fp16 filters, an odd batch, no gate, pregate,
 postgate and both; gradients on a subset of the inputs, the cached spectrum (u and the gates only), strided inputs
 and an expanded output gradient, an empty batch, run-to-run reproducibility, outputs poisoned before the run,
-torch.compile(fullgraph=True) and a CUDA-graph capture of forward and backward. The plumbing and the composition
-are also tested without a GPU (tests/cpu/test_fftconv_bwd_api.py). Skipped unless the 'fftconv' family is in the
-build."""
+torch.compile(fullgraph=True), the backward op under a Python dispatch mode and a CUDA-graph capture of forward and
+backward. The plumbing and the cuFFT path's algorithm are also tested without a GPU
+(tests/cpu/test_fftconv_bwd_api.py). Skipped unless the 'fftconv' family is in the build."""
 import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tk_ops
 from tk_ops.reference.fftconv import fftconv as conv_ref
@@ -161,6 +162,27 @@ def test_reproducible():
     for name in ("u", "pregate", "postgate"):
         assert torch.equal(first[name], second[name]), f"d{name}"
     assert rel_err(second["k"], first["k"]) <= 1e-6
+
+
+class PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("n", [1000, 20000, 70000], ids=["on_chip", "blocks", "cufft"])
+def test_backward_op_gives_the_same_under_a_dispatch_mode(n):
+    """torch.compile's AOT path calls the op from a Python dispatch mode's handler, where a lazily conjugated
+    spectrum once lost its conjugation; on every path the op gives its eager result there (dk up to the order of its
+    fp32 atomic additions)."""
+    x = problem(3, 2, n, n // 2, ("pregate", "postgate"))
+    k_f = tk_ops.fftconv_spectrum(x["k"], n).conj_physical().conj()  # the spectrum as a lazily conjugated view
+    assert k_f.is_conj()
+    args = (*(x[name] for name in LEAVES), k_f, x["dy"], [True, True, True, True])
+    eager = torch.ops.tk_ops.fftconv_bwd(*args)
+    with PassThrough():
+        moded = torch.ops.tk_ops.fftconv_bwd(*args)
+    for name, e, m in zip(LEAVES, eager, moded):
+        assert rel_err(m, e) <= (1e-6 if name == "k" else 0.0), f"d{name}"
 
 
 # -- torch.compile and CUDA graphs ---------------------------------------------------------------------------------
