@@ -93,6 +93,11 @@ struct named_tensor {
     const at::Tensor &tensor; // undefined tensors (an absent optional argument) are skipped
 };
 
+// A tensor that is not on a GPU: the kernels need CUDA tensors (also the CPU kernels' answer, common/cpu_refusal.h).
+[[noreturn]] inline void reject_cpu(const std::string &op, const char *name, const at::Device &device) {
+    throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU, ", but ", name, " is on ", device, "; move it with .cuda()"));
+}
+
 // The CUDA kernels' device rule: every tensor on the GPU of the first, and that GPU an sm_90 one (the only target
 // compiled). Cheap enough for every call: the device properties are cached by torch.
 inline void check_devices(const char *op, std::initializer_list<named_tensor> tensors) {
@@ -100,9 +105,7 @@ inline void check_devices(const char *op, std::initializer_list<named_tensor> te
     const at::Device device = first.tensor.device();
     for (const named_tensor &t : tensors) {
         if (!t.tensor.defined() || t.tensor.device() == device) continue;
-        if (!t.tensor.is_cuda())
-            throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU, ", but ", t.name, " is on ", t.tensor.device(),
-                                          "; move it with .cuda()"));
+        if (!t.tensor.is_cuda()) reject_cpu(op, t.name, t.tensor.device());
         throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU, " of one GPU, but ", t.name, " is on ",
                                       t.tensor.device(), " and ", first.name, " on ", device));
     }
@@ -112,17 +115,6 @@ inline void check_devices(const char *op, std::initializer_list<named_tensor> te
                                                props->minor, " (", device, ")"));
 }
 
-// The CPU kernels' answer (common/cpu_refusal.h), after the op's own rules passed: the kernels need CUDA tensors.
-[[noreturn]] inline void reject_cpu(const std::string &op, const char *name, const at::Device &device) {
-    throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU, ", but ", name, " is on ", device, "; move it with .cuda()"));
-}
-
-// TRANSITIONAL (removed once every family registers common/cpu_refusal.h): the hand-written CPU kernels' refusal.
-[[noreturn]] inline void reject_cpu(const char *op, std::initializer_list<named_tensor> tensors) {
-    for (const named_tensor &t : tensors)
-        if (t.tensor.defined() && !t.tensor.is_cuda()) reject_cpu(op, t.name, t.tensor.device());
-    throw c10::ValueError(message(op, ": ", NOT_ON_ONE_GPU));
-}
 
 // ---------------------------------------------------------------- layouts
 
