@@ -102,6 +102,16 @@ def ops(family: str):
     return found
 
 
+def if_built(query):
+    """query()'s answer about the build (the head dimensions its kernels take, say), or None where the extension or
+    the kernel family is not built: a module made on a machine without the kernels (to load or inspect weights)
+    leaves the check to the op's first call."""
+    try:
+        return query()
+    except (ExtensionNotBuiltError, FamilyNotBuiltError):
+        return None
+
+
 def call(family: str, op: str, name: str, *args):
     """torch.ops.tk_ops.<op>(*args) for the public function `name`, after checking that `family`'s kernels are
     built; an error about the arguments is raised as the tk_ops exception for it (op_error). Under torch.compile

@@ -5,8 +5,9 @@ import math
 
 import torch
 
+from .. import _ext
 from ..attention import attention, attention_varlen, head_dims
-from ..errors import ExtensionNotBuiltError, FamilyNotBuiltError, InputError
+from ..errors import InputError
 from .gemm import Linear
 
 
@@ -64,12 +65,7 @@ class Attention(torch.nn.Module):
         if embed_dim % num_heads:
             raise InputError(f"{name}: embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
         head_dim = embed_dim // num_heads
-        # The head dimensions come from the build; without one (a model made on a machine without the kernels, to
-        # load or inspect weights) the attention op checks it at the first call instead.
-        try:
-            supported = head_dims()
-        except (ExtensionNotBuiltError, FamilyNotBuiltError):
-            supported = None
+        supported = _ext.if_built(head_dims)  # the head dimensions this build's kernels take
         if supported is not None and head_dim not in supported:
             *others, last = supported
             dims = f"{', '.join(map(str, others))} or {last}" if others else str(last)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from .. import _ext
 from ..based import based, based_step, value_dims
-from ..errors import ExtensionNotBuiltError, FamilyNotBuiltError, InputError
+from ..errors import InputError
 from .gemm import Linear
 
 
@@ -48,12 +49,7 @@ class BasedLinearAttention(torch.nn.Module):
         if d_model % num_heads:
             raise InputError(f"{name}: d_model={d_model} must be a multiple of num_heads={num_heads}")
         value_dim = d_model // num_heads
-        # The value dimensions come from the build; without one (a model made on a machine without the kernels, to
-        # load or inspect weights) the op checks it at the first call instead.
-        try:
-            supported = value_dims()
-        except (ExtensionNotBuiltError, FamilyNotBuiltError):
-            supported = None
+        supported = _ext.if_built(value_dims)  # the value dimensions this build's kernels take
         if supported is not None and value_dim not in supported:
             raise InputError(f"{name}: the value dimension d_model / num_heads = {value_dim} must be a multiple of 16 "
                              f"from {min(supported)} to {max(supported)}; choose num_heads so that it is")

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _ext
-from ..errors import ExtensionNotBuiltError, FamilyNotBuiltError, InputError
+from ..errors import InputError
 from ..fftconv import fftconv
 
 
@@ -56,12 +56,7 @@ class LongConv(torch.nn.Module):
         for arg, value in (("d_model", d_model), ("max_len", max_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InputError(f"{name}: {arg} must be a positive int, got {value!r}")
-        # The longest sequence comes from the build; without one (a model made on a machine without the kernels, to
-        # load or inspect weights) the op checks each call's length instead.
-        try:
-            longest = _ext.require("fftconv").fftconv_max_len()
-        except (ExtensionNotBuiltError, FamilyNotBuiltError):
-            longest = None
+        longest = _ext.if_built(lambda: _ext.require("fftconv").fftconv_max_len())  # the kernels' longest sequence
         if longest is not None and max_len > longest:
             raise InputError(f"{name}: max_len = {max_len} is longer than the longest sequence tk_ops.fftconv's "
                              f"kernels take, {longest}")
