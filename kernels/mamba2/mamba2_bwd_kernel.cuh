@@ -142,7 +142,7 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_base : sc
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const float v = chunk::row_quad_sum(sum[k]);
-            if ((laneid() & 3) == 0) atomicAdd(dst + r.t[k], v);
+            if (leads_row()) atomicAdd(dst + r.t[k], v);
         }
     }
 };
@@ -294,8 +294,8 @@ template <typename T, int P, int N, scan_config CFG> struct mamba2_bwd_dc : mamb
                 v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
                 v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
             }
-            const int col = 16 * (k >> 1) + 8 * (k & 1) + 2 * (laneid() & 3);
-            if (laneid() < 4) {
+            const int col = lane_col(k >> 1, k & 1);
+            if (leads_col()) {
                 atomicAdd(dst + col, v.x);
                 atomicAdd(dst + col + 1, v.y);
             }

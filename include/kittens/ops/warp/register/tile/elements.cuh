@@ -61,6 +61,12 @@ __device__ __forceinline__ int lane_row(int i, int half) { return TILE_DIM * i +
 // Whether this lane is the first of the four that share its rows in a row-layout tile: the one that writes a
 // per-row value (a row sum, a log-sum-exp) out, once per row.
 __device__ __forceinline__ bool leads_row() { return detail::reg::frag_t() == 0; }
+// The tile-relative columns this lane holds the first element of a pair in, in base-tile column j of a row-layout
+// tile: lane_col(j, 0) and lane_col(j, 1) = lane_col(j, 0) + 8 (the pair's second element is one column further).
+__device__ __forceinline__ int lane_col(int j, int half) { return TILE_DIM * j + 2 * detail::reg::frag_t() + 8 * half; }
+// Whether this lane is the first of the eight that share its columns in a row-layout tile: the one that writes a
+// per-column value (a column sum) out, once per column pair.
+__device__ __forceinline__ bool leads_col() { return laneid() < 4; } // frag_g() == 0
 
 // A per-row value (a lane's partial maximum or sum over its elements of the row, row layout) combined over the
 // four lanes that hold parts of that row; every one of the four gets the result.
