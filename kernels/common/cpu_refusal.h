@@ -6,6 +6,7 @@
 //     TORCH_LIBRARY_IMPL(tk_ops, CPU, m) { m.impl("matmul", tk_kernels::cpu_refusal()); }
 #pragma once
 
+#include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -29,6 +30,16 @@ inline void refuse_on_cpu(const c10::OperatorHandle &op, torch::jit::Stack *stac
             name = arguments[i].name().c_str();
             device = value.toTensor().device();
         }
+    }
+    // The Meta kernel allocates its outputs like its inputs: on the CPU they would be real (and possibly huge)
+    // allocations. Floating-point operands become meta tensors of the same sizes, strides and dtype, which the rules
+    // read alike; integer tensors stay, because rules read host values of some (document offsets).
+    for (size_t i = first; i < stack->size(); i++) {
+        c10::IValue &value = (*stack)[i];
+        if (!value.isTensor()) continue;
+        const at::Tensor &t = value.toTensor();
+        if (t.defined() && t.is_cpu() && !c10::isIntegralType(t.scalar_type(), /*includeBool=*/true))
+            value = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
     }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), stack); // the rules: throws if one fails
     std::string display = op.schema().name(); // tk_ops::matmul, shown as Python spells it: tk_ops.matmul
