@@ -20,7 +20,7 @@ using gradients = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at:
 at::Tensor absent_gradient(const at::Tensor &x);
 
 // The gradients of the scan of `a` (on one GPU, batch and heads not zero) from the output's gradient d_out (x's shape
-// and dtype) and the final states' d_final ((b, h, p, n) fp32 contiguous, or undefined).
+// and dtype) and the final states' d_final ((b, h, p, n) fp32 in any layout, made dense here; or undefined).
 gradients backward_aten(const scan_args &a, bool dt_softplus, double dt_min, double dt_max, const at::Tensor &d_out,
                         const at::Tensor &d_final);
 

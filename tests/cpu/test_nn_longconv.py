@@ -233,3 +233,10 @@ def test_meta_tensors_through_the_op():
     with torch.no_grad():
         y = m(u, u, u)
     assert y.shape == u.shape and y.dtype == torch.float16 and y.device.type == "meta"
+
+
+def test_a_subclass_setting_the_old_conv_attribute_is_refused():
+    # It would otherwise be ignored, and a "PyTorch twin" built that way would run the tk_ops kernels.
+    with pytest.raises(TypeError, match=r"override convolve\(\)"):
+        class Twin(tk_ops.nn.LongConv):  # noqa: F841
+            conv = staticmethod(lambda *args, **kwargs: None)

@@ -203,3 +203,10 @@ def test_decoding_and_chunked_prefill_match_the_forward(kwargs, standins):
         for got, expect in zip(c, cache3):
             err = ((got.double() - expect.double()).norm() / expect.double().norm()).item()
             assert err < 2e-2, f"cache: relative error {err:.3e}"
+
+
+def test_a_subclass_setting_the_old_scan_attribute_is_refused():
+    # It would otherwise be ignored, and a "PyTorch twin" built that way would run the tk_ops kernels.
+    with pytest.raises(TypeError, match=r"override _chunk_scan\(\)"):
+        class Twin(Mamba2):  # noqa: F841
+            scan = staticmethod(lambda *args, **kwargs: None)

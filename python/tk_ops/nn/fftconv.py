@@ -50,6 +50,12 @@ class LongConv(torch.nn.Module):
     subclass may compute the convolution otherwise (examples/train_hyena.py's PyTorch twin does).
     """
 
+    def __init_subclass__(cls, **kwargs):
+        # The convolution was once the class attribute `conv`: a subclass that still sets it would be ignored silently.
+        super().__init_subclass__(**kwargs)
+        if "conv" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: tk_ops.nn.LongConv has no `conv` hook; override convolve() instead")
+
     def __init__(self, d_model: int, max_len: int, decay_span: tuple[float, float] = (0.3, 1.5), device=None):
         super().__init__()
         name = "tk_ops.nn.LongConv"

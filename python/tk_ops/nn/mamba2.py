@@ -44,6 +44,12 @@ class Mamba2(torch.nn.Module):
     softplus already makes dt positive).
     """
 
+    def __init_subclass__(cls, **kwargs):
+        # The scan was once the class attribute `scan`: a subclass that still sets it would be ignored silently.
+        super().__init_subclass__(**kwargs)
+        if "scan" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: tk_ops.nn.Mamba2 has no `scan` hook; override _chunk_scan() instead")
+
     def __init__(self, d_model: int, d_state: int = 128, d_conv: int = 4, expand: int = 2, headdim: int = 64,
                  ngroups: int = 1, chunk_size: int = 256, A_init_range: tuple[float, float] = (1.0, 16.0),
                  D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False,
