@@ -2,6 +2,7 @@
 device and skip with the reason otherwise."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,9 @@ def pytest_collection_modifyitems(config, items):
         return
     reason = _hopper_reason()
     if reason is None:
+        if importlib.util.find_spec("tk_ops._C") is None:
+            raise pytest.UsageError("a Hopper GPU is present but tk_ops._C is not built, so every GPU test would "
+                                    "skip: install with `pip install --no-build-isolation .` first")
         return
     skip = pytest.mark.skip(reason=reason)
     for item in mine:

@@ -13,10 +13,38 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out64 - ref64).norm().item() / (denom if denom > 0 else 1.0)
 
 
-def assert_close(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> None:
+def worst_row(out: torch.Tensor, ref: torch.Tensor) -> tuple[int, float]:
+    """The row (a vector along the last dimension, leading dimensions flattened) with the largest error, and that
+    error: ||out_r - ref_r|| over the larger of ||ref_r|| and the root-mean-square row norm, so that a row of small
+    values is measured against the tensor's scale rather than its own (which rounding alone could exceed)."""
+    width = out.shape[-1] if out.dim() > 0 else 1
+    out64, ref64 = out.double().reshape(-1, width), ref.double().reshape(-1, width)
+    if out64.numel() == 0:
+        return 0, 0.0
+    ref_norms = ref64.norm(dim=1)
+    scale = ref_norms.square().mean().sqrt().clamp_min(1e-300)
+    err = (out64 - ref64).norm(dim=1) / torch.maximum(ref_norms, scale)
+    err = torch.where(torch.isfinite(err), err, torch.full_like(err, float("inf")))
+    row = int(err.argmax())
+    return row, float(err[row])
+
+
+# A row may be this many times worse than the whole tensor's bound: one row's rounding error is a sum over fewer
+# terms than the whole tensor's, so it fluctuates more, but a row that is wrong (unwritten, from another head, a
+# dropped tile) is off by order 1.
+ROW_SLACK = 4.0
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "", row_tol: float | None = None) -> None:
+    """out matches ref within `tol` as a whole (relative Frobenius norm) and within `row_tol` (default
+    ROW_SLACK * tol) in every row, so an error confined to a few rows cannot hide behind the rest."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     err = rel_err(out, ref)
     assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e}"
+    row_tol = ROW_SLACK * tol if row_tol is None else row_tol
+    row, row_err = worst_row(out, ref)
+    assert row_err <= row_tol, (f"{what}: row {row} (of the last dimension, leading dimensions flattened) has "
+                                f"relative error {row_err:.3e} > {row_tol:.1e} (whole tensor: {err:.3e})")
 
 
 # Tolerances by element type for results that went through rounding once.
