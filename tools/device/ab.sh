@@ -32,7 +32,7 @@ for round in $(seq "$ROUNDS"); do
             tag="${family}${flags//-/_}_${side}_$round"
             PYTHONPATH="$tree/python" python3 -m tk_ops.bench "$family" $flags ${QUICK:-} --out "$OUT/$tag" \
                 > "$OUT/bench_$tag.log" 2>&1
-            echo "bench $family $flags ($side, round $round): exit $?"
+            status=$?; record "bench $tag" $status; echo "bench $family $flags ($side, round $round): exit $status"
         done
     done
 done
@@ -53,3 +53,4 @@ for (bench, group, label), rounds in runs.items():
     ratios = [f"{r['new'] / r['base']:.3f}" for _, r in sorted(rounds.items()) if "new" in r and "base" in r]
     print(f"{bench:<24} {(group + ' ' + label)[:44]:<44} {' '.join(ratios)}")
 EOF
+finish

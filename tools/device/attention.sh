@@ -9,8 +9,11 @@ source tools/device/common.sh
 install_extension || exit 1
 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/ops/test_attention.py tests/gpu/ops/test_attention_bwd.py \
     tests/gpu/ops/test_nn_attention.py tests/cpu/test_attention_api.py --maxfail=5 2>&1 | tee "$OUT/tests.log" | tail -25
-[ "${TRAIN:-0}" = 1 ] && timeout 200 python3 examples/train_gpt.py 2>&1 | tee "$OUT/train_gpt.log" | tail -30
-timeout 300 python3 -m tk_ops.bench attention --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -40
-timeout 300 python3 -m tk_ops.bench attention --backward --out "$OUT" "$@" 2>&1 | tee "$OUT/bench_bwd.log" | tail -40
-[ "${SANITIZE:-0}" = 1 ] && sanitize_family attention
-exit 0
+record tests $?
+if [ "${TRAIN:-0}" = 1 ]; then
+    timeout 200 python3 examples/train_gpt.py 2>&1 | tee "$OUT/train_gpt.log" | tail -30; record train $?
+fi
+timeout 300 python3 -m tk_ops.bench attention --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -40; record bench $?
+timeout 300 python3 -m tk_ops.bench attention --backward --out "$OUT" "$@" 2>&1 | tee "$OUT/bench_bwd.log" | tail -40; record "bench --backward" $?
+if [ "${SANITIZE:-0}" = 1 ]; then sanitize_family attention; fi
+finish

@@ -25,9 +25,11 @@ sed -i "s/^KERNELS = .*/KERNELS = [${list%, }]/" configs.py  # the build only (r
 install_extension || exit 1
 [ "$family" = fftconv ] && [ "${FLASHFFTCONV:-0}" = 1 ] && source tools/device/flashfftconv.sh .peers/flashfftconv_src
 files=$(cd tests/gpu/ops && ls $tests | sed 's|^|tests/gpu/ops/|')
-timeout 300 python3 -m pytest -q -p no:cacheprovider $files 2>&1 | tee "$OUT/tests.log" | tail -25
-[ "${TRAIN:-0}" = 1 ] && timeout 300 python3 "examples/$example" ${TRAIN_ARGS:---quick} 2>&1 | tee "$OUT/train.log" | tail -30
-timeout 300 python3 -m tk_ops.bench "$family" --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20
-timeout 400 python3 -m tk_ops.bench "$family" --backward --out "$OUT" "$@" 2>&1 | tee "$OUT/bench_bwd.log" | tail -20
-[ "${SANITIZE:-0}" = 1 ] && sanitize_family "$family"
-exit 0
+timeout 300 python3 -m pytest -q -p no:cacheprovider $files 2>&1 | tee "$OUT/tests.log" | tail -25; record tests $?
+if [ "${TRAIN:-0}" = 1 ]; then
+    timeout 300 python3 "examples/$example" ${TRAIN_ARGS:---quick} 2>&1 | tee "$OUT/train.log" | tail -30; record train $?
+fi
+timeout 300 python3 -m tk_ops.bench "$family" --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -20; record bench $?
+timeout 400 python3 -m tk_ops.bench "$family" --backward --out "$OUT" "$@" 2>&1 | tee "$OUT/bench_bwd.log" | tail -20; record "bench --backward" $?
+if [ "${SANITIZE:-0}" = 1 ]; then sanitize_family "$family"; fi
+finish

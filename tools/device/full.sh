@@ -8,7 +8,8 @@ cd "$(dirname "$0")/../.."
 source tools/device/common.sh
 install_extension || exit 1
 python3 -c "from tests.gpu.lib import tklib; import time; t=time.time(); tklib.build(); print(f'library test kernels build: {time.time()-t:.0f} s')"
-timeout 420 python3 -m pytest tests/ -q -p no:cacheprovider -ra ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1; echo "pytest exit $?"
+timeout 420 python3 -m pytest tests/ -q -p no:cacheprovider -ra ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+status=$?; record pytest $status; echo "pytest exit $status"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
 if [ "${SANITIZE:-0}" = 1 ]; then
     for script in tools/check/sanitize_*.py; do
@@ -16,6 +17,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     done
 fi
 for family in ${BENCH:-}; do
-    python3 -m tk_ops.bench $family --out "$OUT" > "$OUT/bench_$family.log" 2>&1; echo "bench $family: exit $?"
+    python3 -m tk_ops.bench $family --out "$OUT" > "$OUT/bench_$family.log" 2>&1
+    status=$?; record "bench $family" $status; echo "bench $family: exit $status"
 done
-exit 0
+finish

@@ -13,9 +13,10 @@ source tools/device/common.sh
 install_extension || exit 1
 TK_TEST_FILES=lcsf_toy timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/ops/test_gemm.py \
     tests/gpu/lib/test_lcsf.py > "$OUT/tests.log" 2>&1
+record tests $?
 echo "GEMM and LCSF tests: $(tail -1 "$OUT/tests.log")"
 grep -hE "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
-[ "${SANITIZE:-0}" = 1 ] && sanitize_family gemm
+if [ "${SANITIZE:-0}" = 1 ]; then sanitize_family gemm; fi
 if [ "${BENCH:-1}" = 1 ]; then
     for config in ${CONFIGS:-auto}; do
         echo "bench, configuration $config:"
@@ -23,6 +24,7 @@ if [ "${BENCH:-1}" = 1 ]; then
         [ "$config" != auto ] && option=(--config "$config")
         timeout 300 python3 -m tk_ops.bench gemm "${option[@]}" --out "$OUT/bench_$config" "$@" 2>&1 \
             | tee "$OUT/bench_$config.log" | tail -30
+        record "bench $config" $?
     done
 fi
-exit 0
+finish

@@ -18,8 +18,8 @@ install_extension || exit 1
 timeout 540 ncu --target-processes all --kernel-name-base demangled -k "regex:${KERNEL:-$family}" \
     --launch-skip "${SKIP:-3}" --launch-count "${COUNT:-2}" --set full -f -o "$OUT/profile" \
     python3 -m tk_ops.bench "$family" --quick --reps 2 --out "$OUT" "$@" > "$OUT/ncu_run.log" 2>&1
-echo "ncu: exit $? (log: $OUT/ncu_run.log)"
+status=$?; record ncu $status; echo "ncu: exit $status (log: $OUT/ncu_run.log)"
 ncu --import "$OUT/profile.ncu-rep" --page details --print-units base > "$OUT/ncu_details.txt" 2>&1
 grep -E "^  [A-Za-z_].*\(|Duration|Compute \(SM\) Throughput|^    Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Dynamic Shared Memory Per Block|Issue Slots Busy|No Eligible|Warp Cycles Per Issued Instruction" \
     "$OUT/ncu_details.txt" | cut -c1-160 | head -80
-exit 0
+finish
