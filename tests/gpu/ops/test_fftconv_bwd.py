@@ -1,13 +1,13 @@
 """The FFT convolution's backward (tk_ops.fftconv through autograd) against autograd through the float64 reference
-on the GPU: du, dk, dpregate and dpostgate for lengths 1 .. 4096 (every built FFT size), filters as long as and
-shorter than the sequence, bf16 and fp16 inputs, fp32, bf16 and fp16 filters, an odd batch, no gate, pregate,
-postgate and both; gradients on a subset of the inputs, the cached spectrum (u and the gates only), strided inputs
-and an expanded output gradient, an empty batch, run-to-run reproducibility, outputs poisoned before the run,
-torch.compile(fullgraph=True), the backward op under a Python dispatch mode and a CUDA-graph capture of forward and
-backward. The plumbing and the cuFFT path's algorithm are also tested without a GPU
-(tests/cpu/test_fftconv_bwd_api.py). Skipped unless the 'fftconv' family is in the build."""
-import math
-
+on the GPU: du, dk, dpregate and dpostgate for lengths 1 .. 4096 (every built FFT size), on the block path and past
+it up to the longest sequence the op takes, filters as long as and shorter than the sequence whose every block of
+taps weighs in the output (test_fftconv.filter_taps), bf16 and fp16 inputs, fp32, bf16 and fp16 filters, an odd
+batch, no gate, pregate, postgate and both; gradients on a subset of the inputs, the cached spectrum (u and the gates
+only) on every path, strided inputs and an expanded output gradient, an empty batch, run-to-run reproducibility,
+outputs poisoned before the run, torch.compile(fullgraph=True), the backward op under a Python dispatch mode and a
+CUDA-graph capture of forward and backward. Every gradient is compared per row (one sequence, or one filter's taps)
+and per position (one sample, or one lag, of every row). The plumbing and the cuFFT path's algorithm are also tested
+without a GPU (tests/cpu/test_fftconv_bwd_api.py). Skipped unless the 'fftconv' family is in the build."""
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -16,12 +16,15 @@ import tk_ops
 from tk_ops.reference.fftconv import fftconv as conv_ref
 
 from ...util import requires_families
-from ..util import fresh_pool_with_nan, rel_err
+from ..util import TOL as ROUNDED_ONCE, fresh_pool_with_nan, rel_err
+from .test_fftconv import BLOCKS_LEN, FP32_FFT, assert_rows_close, filter_taps, max_len
 
-# ||grad - ref|| / ||ref|| by the dtype of the computation (u's): du, dpregate and dpostgate come out of the forward
-# kernel (on the time-reversed dy * postgate, or with dy as its postgate), whose rounding reaches about 6e-3 (bf16) and
-# 6e-4 (fp16) (docs/fftconv.md), plus at most one 16-bit product with a gate or u; dk comes out of the filter-gradient
-# kernel, the same transforms in the same 16-bit type, summed over the batch in fp32.
+# ||grad - ref|| / ||ref|| by the dtype of the computation (u's), up to BLOCKS_LEN: du, dpregate and dpostgate come out
+# of the forward kernel (on the time-reversed dy * postgate, or with dy as its postgate), whose rounding reaches about
+# 6e-3 (bf16) and 6e-4 (fp16) (docs/fftconv.md), plus at most one 16-bit product with a gate or u; dk comes out of the
+# filter-gradient kernel, the same transforms in the same 16-bit type, summed over the batch in fp32: an fp32 dk
+# carries the 16-bit computation's error, and a 16-bit k rounds it once more. Past BLOCKS_LEN every gradient is fp32
+# arithmetic (cuFFT) rounded once to its own dtype (bound()).
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 # The same kernels under torch.compile, where inductor may fuse the loss's elementwise work and round once where
 # eager rounds after every op.
@@ -34,13 +37,19 @@ DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, i
 pytestmark = requires_families("fftconv")
 
 
+def bound(n, dtype, compute):
+    """The relative error allowed a gradient of `dtype` at length n, inputs of dtype `compute` (TOL)."""
+    if n > BLOCKS_LEN:
+        return FP32_FFT if dtype == torch.float32 else ROUNDED_ONCE[dtype]
+    return max(TOL[compute], TOL.get(dtype, 0.0))
+
+
 def problem(b, h, n, nk, gates=(), dtype=torch.bfloat16, k_dtype=torch.float32, seed=0):
-    """u, k (a decaying filter, as in test_fftconv.py), the named gates (around 1; the others None) and dy, by name."""
+    """u, k (every block of its taps weighs in y, test_fftconv.filter_taps), the named gates (around 1; the others
+    None) and dy, by name."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    decay = torch.exp(-torch.arange(nk, device="cuda") / max(1.0, nk / 4))
     x = dict(u=torch.randn(b, h, n, device="cuda", generator=gen).to(dtype),
-             k=(torch.randn(h, nk, device="cuda", generator=gen) * decay / math.sqrt(nk)).to(k_dtype),
-             pregate=None, postgate=None)
+             k=filter_taps(h, nk, gen).to(k_dtype), pregate=None, postgate=None)
     for g in gates:
         x[g] = (1 + 0.5 * torch.randn(b, h, n, device="cuda", generator=gen)).to(dtype)
     x["dy"] = torch.randn(b, h, n, device="cuda", generator=gen).to(dtype)
@@ -69,12 +78,14 @@ def tk_grads(x, names, k_f=None, dy=None):
 
 
 def compare(got, want, x, what):
+    """Each gradient within its bound as a whole, per row (a sequence of du and the gates, a filter's taps of dk) and
+    per position (a sample of every sequence, a lag of every filter)."""
+    n, compute = x["u"].shape[-1], x["u"].dtype
     for name, ref in want.items():
         grad = got[name]
         like = x[name]
         assert grad.shape == like.shape and grad.dtype == like.dtype, f"{what} d{name}: {grad.shape} {grad.dtype}"
-        err, tol = rel_err(grad, ref), max(TOL[x["u"].dtype], TOL.get(like.dtype, 0.0))  # a 16-bit k rounds dk once
-        assert err <= tol, f"{what} d{name}: relative error {err:.3e} > {tol:.0e}"
+        assert_rows_close(grad, ref, bound(n, grad.dtype, compute), f"{what} d{name}")
 
 
 @pytest.mark.parametrize("k_dtype", [torch.float32, torch.bfloat16], ids=["k_fp32", "k_bf16"])
@@ -96,15 +107,18 @@ def test_fp16_filter(n):
 
 @pytest.mark.parametrize("n", [65, 129, 257, 2049, 4095])
 def test_lengths_between_fft_sizes(n):
-    x = problem(3, 2, n, n, ("pregate", "postgate"))
+    x = problem(3, 4, n, n, ("pregate", "postgate"))
     compare(tk_grads(x, LEAVES), ref_grads(x, LEAVES), x, f"N={n}")
 
 
-@pytest.mark.parametrize("n", [4097, 10000, 2 ** 16, 2 ** 16 + 1, 100000])
+@pytest.mark.parametrize("n", [4097, 10000, 2 ** 16, 2 ** 16 + 1, 100000, "max"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_sequences(n, dtype):
-    """The block path (4096 < N <= 65536) and cuFFT past it: the forward twice and the filter gradient."""
-    x = problem(3, 2, n, n // 2 + 1, ("pregate", "postgate"), dtype)
+    """The block path (4096 < N <= 65536) and cuFFT past it up to the longest sequence: the forward twice and the
+    filter gradient, whose last lag block (a single lag at Nk = N / 2 + 1) matters as much as any."""
+    n = max_len() if n == "max" else n
+    b, h = (3, 4) if n <= 100000 else (1, 2)
+    x = problem(b, h, n, n // 2 + 1, ("pregate", "postgate"), dtype)
     compare(tk_grads(x, LEAVES), ref_grads(x, LEAVES), x, f"N={n}")
 
 
@@ -124,18 +138,24 @@ def test_batches_and_channels():
         compare(tk_grads(x, LEAVES), ref_grads(x, LEAVES), x, f"B={b} H={h}")
 
 
-@pytest.mark.parametrize("n", [7, 1000, 4096])
-def test_cached_spectrum(n):
-    """With k_f (which gets no gradient), u and the gates get the same gradients as with k."""
-    x = problem(3, 4, n, n, ("pregate", "postgate"))
-    names = ("u", "pregate", "postgate")
-    with torch.no_grad():
-        k_f = tk_ops.fftconv_spectrum(x["k"], n)
-    got = tk_grads(x, names, k_f=k_f)
-    compare(got, ref_grads(x, names), x, f"k_f N={n}")
-    with_k = tk_grads(x, names)
-    for name in names:
-        assert torch.equal(got[name], with_k[name]), f"d{name}: k_f and k differ"
+@pytest.mark.parametrize("n", [7, 1000, 4096, 4097, 10000, 65536, 65537, 100000, "max"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cached_spectrum(n, dtype):
+    """With k_f (which gets no gradient), u and the gates get the same gradients as with k: on chip, on the block
+    path (k_f per block of taps, the backward's reversed convolutions reading it) and past it (cuFFT's layout), up to
+    the longest sequence the op takes."""
+    n = max_len() if n == "max" else n
+    b, h = (3, 4) if n <= 100000 else (1, 2)
+    for nk in sorted({n, n // 2 + 1}):
+        x = problem(b, h, n, nk, ("pregate", "postgate"), dtype, seed=nk)
+        names = ("u", "pregate", "postgate")
+        with torch.no_grad():
+            k_f = tk_ops.fftconv_spectrum(x["k"], n)
+        got = tk_grads(x, names, k_f=k_f)
+        compare(got, ref_grads(x, names), x, f"k_f N={n} Nk={nk}")
+        with_k = tk_grads(x, names)
+        for name in names:
+            assert torch.equal(got[name], with_k[name]), f"N={n} Nk={nk} d{name}: k_f and k differ"
 
 
 def test_strided_inputs_and_expanded_output_gradient():
