@@ -1,7 +1,8 @@
 """The FFT convolution benchmark's cases, without a GPU: sizes and the FLOP convention, the torch.fft formulation
-held to the float64 reference (values and gradients), FlashFFTConv as a peer only when it imports and with the
-causal FFT size, the arguments every side gets, --backward's training-step cases (tk_ops's on CPU stand-ins for its
-ops' kernels), and the sizes tk_ops refuses recorded as its result while the peers are still timed."""
+held to the float64 reference (values and gradients), its torch.compile'd twin as the second peer, FlashFFTConv as a
+peer only when it imports (a note when not) and with the causal FFT size, the arguments every side gets, the checks'
+tolerances and output names, --backward's training-step cases (tk_ops's on CPU stand-ins for its ops' kernels), and
+the sizes tk_ops refuses recorded as its result while the peers are still timed."""
 import math
 
 import pytest
@@ -42,12 +43,48 @@ def test_sizes_and_flops():
 
 def test_peers_and_their_order(monkeypatch):
     monkeypatch.setattr(fftconv, "_flash_class", lambda: None)
-    impls = fftconv.fftconv_case(1024, 16).impls
-    # torch.fft first: the table's rel.err is ours against the first peer.
-    assert [i.name for i in impls] == ["tk_ops", "torch.fft"]
-    assert [i.ours for i in impls] == [True, False]
+    case = fftconv.fftconv_case(1024, 16)
+    # torch.fft first: it is the reference every output is checked against.
+    assert [i.name for i in case.impls] == ["tk_ops", "torch.fft", "torch.fft compiled"]
+    assert [i.ours for i in case.impls] == [True, False, False]
+    assert len(case.notes) == 1 and case.notes[0].startswith("FlashFFTConv left out")
     monkeypatch.setattr(fftconv, "_flash_class", lambda: object)
-    assert [i.name for i in fftconv.fftconv_case(1024, 16).impls] == ["tk_ops", "torch.fft", "FlashFFTConv"]
+    case = fftconv.fftconv_case(1024, 16)
+    assert [i.name for i in case.impls] == ["tk_ops", "torch.fft", "torch.fft compiled", "FlashFFTConv"]
+    assert case.notes == []
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_checks_name_every_output(backward, gated):
+    case = fftconv.fftconv_case(1024, 16, gated=gated, backward=backward)
+    if backward:
+        assert case.tol == fftconv.BACKWARD_TOL
+        assert case.outputs == (("du", "dk", "dpregate", "dpostgate") if gated else ("du", "dk"))
+    else:
+        assert case.tol == fftconv.FORWARD_TOL and case.outputs == ("y",)
+    assert case.tol[torch.bfloat16] <= 5e-2 and case.tol[torch.float32] <= 5e-2
+
+
+def test_compiled_peer_compiles_the_formulation_once(monkeypatch):
+    """torch.compile of the very torch_fft function (dynamic=False: once per shape), made on the first call and kept,
+    with room in dynamo's cache for every size's compilation."""
+    compiled = []
+
+    def fake_compile(fn, **kwargs):
+        compiled.append((fn, kwargs))
+        return fn
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch._dynamo.config, "cache_size_limit", 8)
+    monkeypatch.setattr(torch._dynamo.config, "accumulated_cache_size_limit", 8)
+    fn = fftconv.compiled_torch_fft()
+    assert compiled == []  # nothing compiled while the cases are listed
+    u, k, pregate, postgate = fftconv.make_inputs(64, 2, heads=3, gated=True, device="cpu")
+    y = fn(u, k, pregate, postgate)
+    fn(u, k)
+    assert compiled == [(fftconv.torch_fft, {"dynamic": False})]
+    assert torch.equal(y, fftconv.torch_fft(u, k, pregate, postgate))
+    assert torch._dynamo.config.cache_size_limit >= 64 and torch._dynamo.config.accumulated_cache_size_limit >= 64
 
 
 def test_flash_lookup_survives_a_missing_package(monkeypatch):
@@ -65,6 +102,13 @@ def test_flash_lookup_survives_a_missing_package(monkeypatch):
 @pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
 def test_every_side_gets_the_same_arguments(gated, monkeypatch):
     built, calls = [], []
+
+    def compiled(fn, **kwargs):
+        def run(*args):
+            calls.append(("compiled", *args))
+            return fn(*args)
+        return run
+    monkeypatch.setattr(torch, "compile", compiled)
 
     class FakeFlash:
         def __init__(self, fft_size, dtype):
@@ -96,7 +140,7 @@ def test_every_side_gets_the_same_arguments(gated, monkeypatch):
         impl.fn(*inputs)
     # FlashFFTConv built once, at the causal FFT size 2N, in u's dtype.
     assert built == [(512, torch.bfloat16)]
-    assert [c[0] for c in calls] == ["tk_ops"] * 2 + ["flash"] * 2
+    assert [c[0] for c in calls] == ["tk_ops"] * 2 + ["compiled"] * 2 + ["flash"] * 2
     for _, *args in calls:
         assert all(a is b for a, b in zip(args, inputs))
     out = case.impls[1].fn(*inputs)  # torch.fft: y in u's dtype and shape
@@ -168,9 +212,9 @@ def test_tk_ops_training_step_gives_the_reference_gradients(gated):
         assert core.rel_error(got, want) < 1e-2
 
 
-def fixed_timer(fn, arg_sets, reps, warmup):
+def fixed_timer(fn, arg_sets, calls, warmup, capture=True, profile=True):
     fn(*arg_sets[0])
-    return 2.0
+    return core.Sample(2.0)
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
@@ -179,6 +223,7 @@ def test_refused_size_is_tk_ops_result_and_peers_still_run(backward, monkeypatch
     the GPU) becomes tk_ops's entry in the row, the peers are timed, and the table says why."""
     skip_unless_built("the FFT convolution ops", "fftconv")
     monkeypatch.setattr(fftconv, "_flash_class", lambda: None)
+    monkeypatch.setattr(fftconv, "compiled_torch_fft", lambda: fftconv.torch_fft)  # no compiling on the CPU
     case = fftconv.fftconv_case((1 << 20) + 1, 1, backward=backward, heads=1, device="cpu")
     row = core.run_case(case, reps=2, warmup=1, l2_bytes=1 << 20, timer=fixed_timer)
     ours, peer = row.results["tk_ops"], row.results["torch.fft"]
@@ -186,5 +231,6 @@ def test_refused_size_is_tk_ops_result_and_peers_still_run(backward, monkeypatch
     assert peer.tflops == pytest.approx(case.flops / 2e-3 / 1e12)
     assert ours.error.startswith("InputError") and "= 1048577 is longer than the longest sequence" in ours.error
     assert row.rel_err is None and row.ratio() is None
+    assert row.results["torch.fft compiled"].passed and row.status == "unchecked" and core.failed([row])
     table = core.format_table([row])
     assert "errors:" in table and f"tk_ops: {ours.error}" in table

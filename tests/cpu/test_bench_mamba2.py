@@ -1,6 +1,6 @@
 """The Mamba-2 benchmark's cases, without a GPU: the two shapes and their sizes, the FLOP convention, mamba_ssm as a peer
-only when it imports, the arguments both sides get, and --backward's training-step cases (the gradients of every input
-that takes one, 3x the forward's FLOPs)."""
+only when it imports (a note when not), the arguments both sides get, the checks' tolerances and output names, and
+--backward's training-step cases (the gradients of every input that takes one, 3x the forward's FLOPs)."""
 import pytest
 import torch
 
@@ -28,11 +28,24 @@ def test_shapes_sizes_and_flops():
 
 def test_mamba_ssm_is_a_peer_only_when_it_imports(monkeypatch):
     monkeypatch.setattr(mamba2, "_peer", lambda: None)
-    assert [i.name for i in mamba2.mamba2_case(mamba2.SHAPES[0], 1024).impls] == ["tk_ops"]
+    case = mamba2.mamba2_case(mamba2.SHAPES[0], 1024)
+    assert [i.name for i in case.impls] == ["tk_ops"] and case.notes == [mamba2.PEER_NOTE]
     monkeypatch.setattr(mamba2, "_peer", lambda: (lambda *a, **k: None))
-    impls = mamba2.mamba2_case(mamba2.SHAPES[0], 1024).impls
-    assert [i.name for i in impls] == ["tk_ops", "mamba_ssm"]
-    assert [i.ours for i in impls] == [True, False]
+    case = mamba2.mamba2_case(mamba2.SHAPES[0], 1024)
+    assert [i.name for i in case.impls] == ["tk_ops", "mamba_ssm"]
+    assert [i.ours for i in case.impls] == [True, False] and case.notes == []
+
+
+@pytest.mark.parametrize("shape", mamba2.SHAPES, ids=["small", "module"])
+def test_checks_name_every_output(shape):
+    """One name per output the timed function returns: the scan's output, or the gradient of every input that takes
+    one, in the order of the inputs."""
+    forward, backward = mamba2.mamba2_case(shape, 128), mamba2.mamba2_case(shape, 128, backward=True)
+    assert forward.outputs == ("out",) and forward.tol == mamba2.FORWARD_TOL
+    leaves = [n for n, t in zip(mamba2.INPUT_NAMES, mamba2.make_inputs(shape, 16, backward=True, device="cpu"))
+              if t is not None]
+    assert backward.outputs == tuple(f"d{n}" for n in leaves) and backward.tol == mamba2.BACKWARD_TOL
+    assert len(backward.outputs) == (7 if shape.module_options else 5)
 
 
 def test_peer_lookup_survives_a_missing_package(monkeypatch):

@@ -8,18 +8,27 @@ itself (torch.ops.tk_ops.attention_bwd on the saved O and LSE) and, for the SDPA
 saved graph (torch.autograd.grad with retain_graph=True, which runs only that backend's backward kernel).
 
 --masks compares the masked cases against FlexAttention (torch.compile'd flex_attention with the equivalent
-block mask and score_mod), 16 heads, D 64 and 128, 16384 tokens: packed documents (lengths drawn from 128..4096,
+block mask and score_mod; the reference the other outputs are checked against) and, where they import, FlashAttention-4
+(`flash_attn.cute`) and flash-attn 2 (`flash_attn`) with the same causal window, softcap or packed documents (a note
+says which did not import), 16 heads, D 64 and 128, 16384 tokens: packed documents (lengths drawn from 128..4096,
 causal inside each; tk_ops.attention_varlen), causal sliding windows of 256, 1024 and 4096 keys (one
 16384-token sequence; query i sees keys i - W .. i), softcap 30 on causal attention (4 x 4096), and plain causal on
 the same 16384-token sequence and on 8 x 2048 (our dense kernel's rates, which the masked cases are held to; SDPA
 cuDNN there too).
-FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D.
+FLOPs count only the visible (query, key) pairs: 4 * H * pairs * D. FlashAttention reads (B, N, H, D) (packed:
+(total, H, D)): its inputs are copied into that layout untimed, in its set-up, and its outputs are compared through
+(B, H, N, D) views.
+
+Checks: every output against the first peer's within FORWARD_TOL (O) or BACKWARD_TOL (dQ, dK, dV each on its own).
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import torch
 
-from .core import Case, Impl
+from .core import Case, Impl, _short, grad_like
 
 TITLE = "Attention (B x 16 heads x N x D, bf16)"
 MASKS_TITLE = "Masked attention (16 heads, 16384 tokens, bf16; TFLOP/s of visible pairs)"
@@ -28,6 +37,10 @@ TOKENS = 16384  # batch = TOKENS / N
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 QUICK_SEQ_LENS = (1024, 4096)
 BACKWARD_FLOPS = 2.5  # backward / forward
+# bf16 outputs of two implementations of the same attention; measured 1e-3 .. 3.1e-3 apart on an H100.
+FORWARD_TOL = {torch.bfloat16: 1e-2}
+BACKWARD_TOL = {torch.bfloat16: 2e-2}
+FORWARD_OUTPUTS, BACKWARD_OUTPUTS = ("O",), ("dQ", "dK", "dV")
 
 
 def _sdpa(backend):
@@ -47,18 +60,11 @@ def _sdpa_backward(backend):
     def setup(q, k, v, causal):
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
         out = forward(q, k, v, causal)
-        return out, (q, k, v), _grad_like(out)
+        return out, (q, k, v), grad_like(out)
 
     def fn(out, wrt, grad):
         return torch.autograd.grad(out, wrt, grad, retain_graph=True)
     return setup, fn
-
-
-def _grad_like(out: torch.Tensor) -> torch.Tensor:
-    # Seeded by the output's shape, so every implementation of a case gets the same dO for the same inputs
-    # (their results are compared).
-    gen = torch.Generator(device=out.device).manual_seed(out.numel())
-    return torch.randn(out.shape, device=out.device, dtype=out.dtype, generator=gen)
 
 
 def _ours_backward():
@@ -68,7 +74,7 @@ def _ours_backward():
         scale = q.shape[-1] ** -0.5
         with torch.no_grad():
             o, lse = tk_ops.attention_with_lse(q, k, v, causal=causal, scale=scale)
-        return q, k, v, o, _grad_like(o), lse, causal, scale
+        return q, k, v, o, grad_like(o), lse, causal, scale
 
     def fn(q, k, v, o, dout, lse, causal, scale):
         return torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, causal, scale)
@@ -97,9 +103,11 @@ def attention_case(n: int, d: int, causal: bool, backward: bool = False) -> Case
         for name, backend in peers:
             peer_setup, peer_fn = _sdpa_backward(backend)
             impls.append(Impl(name, peer_fn, setup=peer_setup))
-        return Case(group + " backward", f"N={n}", (b, HEADS, n, d), BACKWARD_FLOPS * flops, make_inputs, impls)
+        return Case(group + " backward", f"N={n}", (b, HEADS, n, d), BACKWARD_FLOPS * flops, make_inputs, impls,
+                    tol=dict(BACKWARD_TOL), outputs=BACKWARD_OUTPUTS)
     return Case(group, f"N={n}", (b, HEADS, n, d), flops, make_inputs,
-                [Impl("tk_ops", ours, ours=True)] + [Impl(name, _sdpa(backend)) for name, backend in peers])
+                [Impl("tk_ops", ours, ours=True)] + [Impl(name, _sdpa(backend)) for name, backend in peers],
+                tol=dict(FORWARD_TOL), outputs=FORWARD_OUTPUTS)
 
 
 def cases(quick: bool = False, backward: bool = False, masks: bool = False) -> list[Case]:
@@ -150,7 +158,7 @@ def _flex(mask_mod, score_mod, b: int, n: int):
         functorch_config.donated_buffer = False
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
         out = forward(q, k, v)
-        return out, (q, k, v), _grad_like(out)
+        return out, (q, k, v), grad_like(out)
 
     def backward(out, wrt, grad):
         return torch.autograd.grad(out, wrt, grad, retain_graph=True)
@@ -167,17 +175,79 @@ def _ours_masked(window: tuple[int, int], softcap: float):
         scale = q.shape[-1] ** -0.5
         with torch.no_grad():
             o, lse = tk_ops.attention_with_lse(q, k, v, causal=True, scale=scale, window=window, softcap=softcap)
-        return q, k, v, o, _grad_like(o), lse, scale
+        return q, k, v, o, grad_like(o), lse, scale
 
     def backward(q, k, v, o, dout, lse, scale):
         return torch.ops.tk_ops.attention_bwd(q, k, v, o, dout, lse, True, scale, window[0], window[1], softcap)
     return forward, (setup, backward)
 
 
+# FlashAttention's flavours: (name, module). FA4's window is (None, None) when absent, flash-attn 2's (-1, -1).
+FLASH_PEERS = (("FA4", "flash_attn.cute"), ("flash-attn", "flash_attn"))
+
+
+def flash_peers() -> tuple[list[tuple[str, Any, Any]], list[str]]:
+    """([(name, flash_attn_func, flash_attn_varlen_func)] of the FlashAttention flavours that import here, [a note
+    for each that does not])."""
+    found, notes = [], []
+    for name, module in FLASH_PEERS:
+        try:
+            mod = importlib.import_module(module)
+            found.append((name, mod.flash_attn_func, mod.flash_attn_varlen_func))
+        except Exception as e:  # not installed, or its compiled parts missing: that peer is left out
+            notes.append(f"{name} (from {module} import flash_attn_func) left out: {_short(e)}")
+    return found, notes
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out  # FA4 returns (out, lse)
+
+
+def _flash_window(name: str, left: int) -> tuple:
+    if left >= 0:
+        return (left, 0)  # query i sees keys i - left .. i, as ours with window (left, -1) and causal
+    return (None, None) if name == "FA4" else (-1, -1)
+
+
+def _flash_dense(name: str, func, left: int, softcap: float):
+    """(forward, (setup, backward)) of flash_attn_func on (B, N, H, D) copies made in the set-up; the outputs and
+    gradients come back as (B, H, N, D) views, and dO is the one every implementation draws, in that layout."""
+    window = _flash_window(name, left)
+
+    def run(q, k, v):
+        return _first(func(q, k, v, causal=True, window_size=window, softcap=softcap))
+
+    def forward_setup(q, k, v, *_):
+        return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
+
+    def forward(q, k, v):
+        return run(q, k, v).transpose(1, 2)
+
+    def setup(q, k, v, *_):
+        q, k, v = (t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+        out = run(q, k, v)
+        return out, (q, k, v), grad_like(out.transpose(1, 2)).transpose(1, 2).contiguous()
+
+    def backward(out, wrt, grad):
+        return tuple(g.transpose(1, 2) for g in torch.autograd.grad(out, wrt, grad, retain_graph=True))
+    return (forward_setup, forward), (setup, backward)
+
+
+def _flash_impls(backward: bool, make) -> tuple[list[Impl], list[str]]:
+    """One Impl per FlashAttention flavour that imports, from make(name, flash_attn_func, flash_attn_varlen_func) ->
+    ((forward setup, forward), (backward setup, backward)); and the notes of those that do not."""
+    found, notes = flash_peers()
+    impls = []
+    for name, func, varlen in found:
+        (fwd_setup, fwd), (bwd_setup, bwd) = make(name, func, varlen)
+        impls.append(Impl(name, bwd, setup=bwd_setup) if backward else Impl(name, fwd, setup=fwd_setup))
+    return impls, notes
+
+
 def mask_case(label: str, b: int, n: int, d: int, left: int, softcap: float, backward: bool,
-              with_cudnn: bool = False) -> Case:
+              with_cudnn: bool = False, device="cuda") -> Case:
     def make_inputs():
-        return tuple(torch.randn(b, HEADS, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        return tuple(torch.randn(b, HEADS, n, d, device=device, dtype=torch.bfloat16) for _ in range(3))
 
     def mask_mod(b_, h, q_idx, kv_idx):
         inside = q_idx >= kv_idx
@@ -204,8 +274,10 @@ def mask_case(label: str, b: int, n: int, d: int, left: int, softcap: float, bac
         else:
             sdpa = _sdpa(SDPBackend.CUDNN_ATTENTION)
             impls.append(Impl("sdpa cudnn", lambda q, k, v: sdpa(q, k, v, True)))
+    flash, notes = _flash_impls(backward, lambda name, func, _: _flash_dense(name, func, left, softcap))
     group = f"D={d}{' backward' if backward else ''}"
-    return Case(group, label, (b, HEADS, n, d), flops, make_inputs, impls)
+    return Case(group, label, (b, HEADS, n, d), flops, make_inputs, impls + flash, notes=notes,
+                **_checks(backward))
 
 
 def document_lengths(total: int = TOKENS, shortest: int = 128, longest: int = 4096, seed: int = 0) -> list[int]:
@@ -218,11 +290,12 @@ def document_lengths(total: int = TOKENS, shortest: int = 128, longest: int = 40
     return lengths
 
 
-def packed_case(d: int, backward: bool = False) -> Case:
-    """Causal attention inside each of the packed documents: tk_ops.attention_varlen against FlexAttention with a
-    document mask on the same (1, H, total, D) tensors (ours reads them as (total, H, D) views)."""
+def packed_case(d: int, backward: bool = False, lengths: list[int] | None = None, device="cuda") -> Case:
+    """Causal attention inside each of the packed documents (default: document_lengths()): tk_ops.attention_varlen
+    against FlexAttention with a document mask on the same (1, H, total, D) tensors (ours reads them as (total, H, D)
+    views), and FlashAttention's varlen call on (total, H, D) copies."""
     import tk_ops
-    lengths = document_lengths()
+    lengths = document_lengths() if lengths is None else lengths
     total = sum(lengths)
     starts = torch.tensor([0] + lengths).cumsum(0)
     doc_ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
@@ -230,9 +303,9 @@ def packed_case(d: int, backward: bool = False) -> Case:
 
     def make_inputs():
         if not made:
-            made["cu"] = starts.to(device="cuda", dtype=torch.int32)
-            made["ids"] = doc_ids.cuda()
-        return tuple(torch.randn(1, HEADS, total, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            made["cu"] = starts.to(device=device, dtype=torch.int32)
+            made["ids"] = doc_ids.to(device)
+        return tuple(torch.randn(1, HEADS, total, d, device=device, dtype=torch.bfloat16) for _ in range(3))
 
     rows = lambda t: t[0].transpose(0, 1)  # noqa: E731 - (1, H, total, D) -> (total, H, D) view
     longest = max(lengths)
@@ -246,7 +319,7 @@ def packed_case(d: int, backward: bool = False) -> Case:
         cu = made["cu"]
         with torch.no_grad():
             o, lse = tk_ops.attention_varlen_with_lse(rows(q), rows(k), rows(v), cu, cu, longest, longest, causal=True)
-        dout = rows(_grad_like(o.transpose(0, 1)[None]))  # the peer's dO: drawn in its (1, H, total, D) layout
+        dout = rows(grad_like(o.transpose(0, 1)[None]))  # the peer's dO: drawn in its (1, H, total, D) layout
         return rows(q), rows(k), rows(v), o, dout, lse, cu
 
     def ours_backward(q, k, v, o, dout, lse, cu):
@@ -257,13 +330,41 @@ def packed_case(d: int, backward: bool = False) -> Case:
         ids = made["ids"]
         return (ids[q_idx] == ids[kv_idx]) & (q_idx >= kv_idx)
 
+    def flash(name, _, varlen):
+        """FlashAttention's varlen call on (total, H, D) copies; outputs as (1, H, total, D) views."""
+        def run(q, k, v):
+            cu = made["cu"]
+            return _first(varlen(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
+                                 max_seqlen_k=longest, causal=True))
+
+        def forward_setup(q, k, v):
+            return tuple(rows(t).contiguous() for t in (q, k, v))
+
+        def forward(q, k, v):
+            return run(q, k, v).transpose(0, 1)[None]
+
+        def setup(q, k, v):
+            q, k, v = (rows(t).contiguous().requires_grad_() for t in (q, k, v))
+            out = run(q, k, v)
+            return out, (q, k, v), rows(grad_like(out.transpose(0, 1)[None])).contiguous()
+
+        def backward(out, wrt, grad):
+            return tuple(g.transpose(0, 1)[None] for g in torch.autograd.grad(out, wrt, grad, retain_graph=True))
+        return (forward_setup, forward), (setup, backward)
+
     flex_fwd, flex_bwd = _flex(mask_mod, None, 1, total)
     pairs = sum(n * (n + 1) // 2 for n in lengths)
     flops = 4.0 * HEADS * pairs * d * (BACKWARD_FLOPS if backward else 1)
     impls = ([Impl("tk_ops", ours_backward, ours=True, setup=ours_setup), Impl("flex", flex_bwd[1], setup=flex_bwd[0])]
              if backward else [Impl("tk_ops", ours, ours=True), Impl("flex", flex_fwd)])
+    flash_impls, notes = _flash_impls(backward, flash)
     return Case(f"D={d}{' backward' if backward else ''}", f"packed ({len(lengths)} docs)", (1, HEADS, total, d), flops,
-                make_inputs, impls)
+                make_inputs, impls + flash_impls, notes=notes, **_checks(backward))
+
+
+def _checks(backward: bool) -> dict:
+    return ({"tol": dict(BACKWARD_TOL), "outputs": BACKWARD_OUTPUTS} if backward
+            else {"tol": dict(FORWARD_TOL), "outputs": FORWARD_OUTPUTS})
 
 
 def mask_cases(quick: bool = False, backward: bool = False) -> list[Case]:
