@@ -1,10 +1,11 @@
 """The Mamba-2 backward (tk_ops.mamba2_chunk_scan through autograd) against float64 reference gradients on the GPU:
 dx, ddt, dA, dB, dC, dD (per head and per channel), dz, ddt_bias and d(initial_states), from the output's gradient,
 the final states' or both; p and n in {64, 128}, g in {1, 2, h} for h in {2, 4, 6}, chunk sizes 64 / 128 / 256 (never
-changing the result), lengths 1 to 4097, bf16 and fp16, dt_bias with softplus and dt limits that clamp (no gradient
-where dt is clamped), seq_idx (no initial-state gradient for a row that starts with another id), gradients on a subset
-of the inputs, strided views of one projection, run-to-run reproducibility, chunked prefill, torch.compile and CUDA
-graphs. Skipped unless the 'mamba2' family is in the build."""
+changing the result), lengths 1 to 4097, bf16 and fp16, slowly decaying heads whose gradients travel back through the
+state carried across many chunks (to the initial states too), dt_bias with softplus and dt limits that clamp (no
+gradient where dt is clamped), seq_idx (no initial-state gradient for a row that starts with another id), gradients on a
+subset of the inputs, strided views of one projection, run-to-run reproducibility, chunked prefill, torch.compile and
+CUDA graphs. Skipped unless the 'mamba2' family is in the build."""
 import math
 
 import pytest
@@ -15,7 +16,7 @@ from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
 from tk_ops.reference.mamba2 import mamba2_dt
 
 from ...util import requires_families
-from ..util import fresh_pool_with_nan
+from ..util import ROW_SLACK, fresh_pool_with_nan, worst_row
 
 # ||grad - ref|| / ||ref||: twice the forward's bound in bf16, as for attention and Based: the backward's products
 # take 16-bit operands too, one rounding more on the way to each gradient than on the way to the output.
@@ -23,23 +24,31 @@ TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2}
 # The denominator is floored at this RMS per element: a gradient that is zero in exact arithmetic is judged by its
 # absolute size, where what the kernels leave is fp32 cancellation, not an error.
 RMS_FLOOR = 1e-4
-# dA and ddt_bias are (h,) sums of one term per token, dt_t dL/d(dt_t A) and dL/d(dt_t), which cancel down to a few
-# percent of their magnitudes, and whose rounding errors partly add up: measured against ||sum|| they reach twice
-# TOL in bf16 with nothing wrong, depending on how close to zero each head's sum happens to fall. So their error is
-# measured against the norm over heads of sum_{b,t} |term| (the largest error that terms each within a relative e
-# can add up to is e times that). On that scale an fp32 emulation of the forward's rounding points, differentiated
-# by autograd, stays below 1.7e-3 (bf16) and 5e-4 (fp16); TOL / 4 leaves room for the backward's own roundings and
-# still fails a dA 20% off or a ddt_bias missing a batch row. ddt_bias is also held to the sum of the returned ddt.
+# dA and ddt_bias are (h,) sums over batch rows and tokens of one term each, dt_t dL/d(dt_t A) and dL/d(dt_t). The
+# reference differentiates in float64; the kernels form dL/dcum per token from fp32 accumulators fed by 16-bit
+# operands, take its reverse cumulative sum along the row and the sums over tokens in fp32 (docs/mamba2.md, "Precision
+# of ddt and dA"): each term carries an error of its own, and the sum's error is at most the terms' errors added up.
+# Under a random output gradient the terms have random signs and the sums cancel to a few percent of sum |term|, where
+# rounding alone is a large share of the result. So out_grads puts the output itself beside the noise: the loss holds
+# 1/2 ||y||^2, whose derivatives in A and dt keep one sign token after token: over these tests' inputs (on the CPU)
+# the sums come to 0.5 .. 1 of the norm of sum_{b,t} |term|. The error is measured against the larger of ||sum|| and
+# SUM_FLOOR times that norm and held to TOL: in every test through compare(), which asserts that the sums are large
+# enough for it (above 0.1 of their terms in bf16, 0.05 in fp16; a row of one token, whose sums hold one term a batch
+# row, is left out), a 5% error of dA or ddt_bias fails; a sum that does cancel (loss.backward() of out.sum()) is held
+# to TOL / 4 of its terms' scale, as before. The kernels' rounding points emulated in float64
+# (tools/check/mamba2_bwd_rounding.py: one head, A from -1e-3 to -8, l = 1000 and 4097, output gradients made this
+# way) put both sums within 8e-4 of their values in bf16 and 1e-4 in fp16: TOL leaves 25x and 100x.
+# ddt_bias is also held to the sum of the returned ddt.
 SUMS = ("A", "dt_bias")
-SUM_TOL = {dtype: tol / 4 for dtype, tol in TOL.items()}
+SUM_FLOOR = 0.25
 # Two runs on the same inputs, or the same inputs under another chunk_size, give the same dx and dz bit for bit:
 # each element is written once, with no cross-task sum. dt, A, B, C, D, dt_bias and the initial states' gradients
 # may be summed across heads, batch rows or column blocks with fp32 atomics, whose order varies from run to run,
-# so those are held to a relative 1e-5 instead (dA and ddt_bias on the scale of their terms, as above). Gradients
-# returned in 16 bits (dB, dC) are cast from such fp32 sums: where two sums straddle a 16-bit rounding boundary the
-# results differ by one unit in the last place (eps / 2 .. eps relative), so their norms are held to eps / 32, room
-# for such flips in one element in 256 (measured: 1.4e-5 for bf16 dB); a lost or doubled block of a sum
-# is far above it.
+# so those are held to a relative 1e-5 instead (dA and ddt_bias on the whole scale of their terms: the order of the
+# atomics moves each term, whatever the sum comes to). Gradients returned in 16 bits (dB, dC) are cast from such fp32
+# sums: where two sums straddle a 16-bit rounding boundary the results differ by one unit in the last place (eps / 2
+# .. eps relative), so their norms are held to eps / 32, room for such flips in one element in 256 (measured: 1.4e-5
+# for bf16 dB); a lost or doubled block of a sum is far above it.
 REPEAT_TOL = 1e-5
 BITWISE = ("x", "z")
 # Same kernels, same inputs, but inductor may fuse the elementwise work around them (the loss's gradient, any part
@@ -49,15 +58,24 @@ LEAVES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
 DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
 # Softplus of the raw dt below spans about 0.03 .. 0.5: these limits clamp a good share at both ends.
 DT_LIMIT = (0.06, 0.25)
+# The kernels' chunk: 64 tokens whatever chunk_size says (docs/mamba2.md).
+KERNEL_CHUNK = 64
+# Gradients whose rows (along the last dimension: p or n elements of one token, head or group) are also held one by
+# one, to ROW_SLACK times the bound, so that a wrong head, group or tile cannot hide in the norm of the rest; ddt's rows
+# are the h heads of one token, too few for a stable bound, and dA, ddt_bias and a per-head dD are single rows.
+ROWS = ("x", "B", "C", "D", "z", "initial_states")
 
 
 pytestmark = requires_families("mamba2")
 
 
 def inputs(b, l, h, g, p, n, dtype=torch.bfloat16, D=None, z=False, dt_bias=False, init=False, softplus=False,
-           dt_shift=0.0, seq=None, seed=0, device="cuda"):
-    """The op's tensors by name, at the scales of a trained Mamba-2 layer (as in test_mamba2.py): decays exp(dt A)
-    between about 0.3 and 1, C B^T of order 1. Without softplus, dt_shift moves dt (0 .. 0.1) so that some of
+           dt_shift=0.0, seq=None, seed=0, device="cuda", decay="fast"):
+    """The op's tensors by name, at the scales of a trained Mamba-2 layer (as in test_mamba2.py): C B^T of order 1;
+    decay="fast": A from Mamba2's init, decays exp(dt A) between about 0.3 and 1 a token, little of the state outlives
+    a 64-token chunk; decay="slow": A from -1e-3 to -0.1 across the heads (log-spaced), which keep most of their state
+    over many chunks, so that the gradients of earlier tokens (and of the initial states) come mostly through the
+    state carried back from later chunks. Without softplus, dt_shift moves dt (0 .. 0.1) so that some of
     dt + dt_bias is negative, where the default limits clamp it to 0."""
     gen = torch.Generator(device=device).manual_seed(seed)
     rnd = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
@@ -66,7 +84,10 @@ def inputs(b, l, h, g, p, n, dtype=torch.bfloat16, D=None, z=False, dt_bias=Fals
         kw["dt"] = rnd(b, l, h) * 0.5 - 2.0
     else:
         kw["dt"] = torch.rand(b, l, h, device=device, generator=gen) * 0.1 + dt_shift
-    kw["A"] = -torch.exp(torch.rand(h, device=device, generator=gen) * math.log(16.0))  # -1 .. -16, Mamba2's init
+    if decay == "slow":
+        kw["A"] = -torch.logspace(-3, -1, h, device=device)
+    else:
+        kw["A"] = -torch.exp(torch.rand(h, device=device, generator=gen) * math.log(16.0))  # -1 .. -16, Mamba2's init
     kw["B"] = (rnd(b, l, g, n) / math.sqrt(n) * 2).to(dtype)
     kw["C"] = (rnd(b, l, g, n) / math.sqrt(n) * 2).to(dtype)
     if D == "head":
@@ -100,14 +121,23 @@ def packed_ids(b, l, starts_at_zero=True, seed=2):
     return torch.tensor(rows, dtype=torch.int32)
 
 
-def out_grads(kw, final, seed=3):
-    """The gradients arriving at out (in its dtype) and at the final states (fp32, one per element, like the
-    output's), as `final` asks: 'none' and 'unused' give none to the states, 'only' none to the output."""
+def out_grads(kw, final, seed=3, **flags):
+    """The gradients arriving at out (in its dtype) and at the final states (fp32), as `final` asks: 'none' and
+    'unused' give none to the states, 'only' none to the output. Each is unit Gaussian noise plus the reference's own
+    output (or final states) scaled to unit RMS, so that the loss holds 1/2 ||y||^2 and the terms of dA and ddt_bias
+    add up (SUMS above); `flags` are the scan's dt_softplus and dt_limit. That output leaves out the D x term and the
+    initial states' share: neither grows with dt, and the initial states' decay shrinks as dt grows, which would
+    pull ddt the other way in the first tokens."""
     x = kw["x"]
     b, _, h, p = x.shape
     gen = torch.Generator(device=x.device).manual_seed(seed)
-    dy = torch.randn(x.shape, device=x.device, generator=gen).to(x.dtype)
+    dy = torch.randn(x.shape, device=x.device, generator=gen)
     dfinal = torch.randn(b, h, p, kw["B"].shape[-1], device=x.device, generator=gen)
+    with torch.no_grad():
+        y, y_final = scan_ref(**{k: v.detach() for k, v in kw.items() if k not in ("D", "initial_states")},
+                              chunk_size=256, return_final_states=True, form="chunked", **flags)
+    dy = (dy + (y / y.square().mean().sqrt().clamp_min(1e-30)).float()).to(x.dtype)
+    dfinal = dfinal + (y_final / y_final.square().mean().sqrt().clamp_min(1e-30)).float()
     return (None if final == "only" else dy), (dfinal if final in ("grad", "only") else None)
 
 
@@ -180,12 +210,14 @@ def err(got: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None)
 
 
 def grad_err(name, got, expect, ref):
-    """err() of one gradient, on its terms' scale for dA and ddt_bias (ref: ref_grads' dict)."""
-    return err(got, expect, ref.get(f"{name}_terms"))
+    """err() of one gradient; for dA and ddt_bias floored at SUM_FLOOR of their terms' scale (ref: ref_grads'
+    dict)."""
+    terms = ref.get(f"{name}_terms")
+    return err(got, expect, None if terms is None else SUM_FLOOR * terms)
 
 
 def tol_of(name, dtype):
-    return (SUM_TOL if name in SUMS else TOL)[dtype]
+    return TOL[dtype]
 
 
 def clamped(kw, dt_softplus=False, dt_limit=(0.0, math.inf)):
@@ -199,6 +231,11 @@ def compare(got, ref, kw, dy, flags, what):
     returned ddt (the same fp32 terms); exactly zero where the op's definition makes it so: dt where the clamp holds
     it, the initial states of a row whose first id is not 0, C, D and z when only the final states have a gradient."""
     dtype = kw["x"].dtype
+    for name in SUMS:  # out_grads' output gradients make these sums add up, so that a 5% error of one cannot pass
+        if name in kw and kw["x"].shape[1] > 1:
+            size, scale = ref[name].norm().item(), ref[f"{name}_terms"].norm().item()
+            assert 0.05 * size / max(size, SUM_FLOOR * scale) > TOL[dtype], \
+                f"{what} d{name}: the terms cancel to {size / scale:.2f} of their size, a 5% error would pass"
     for name in names_of(kw):
         leaf, g = kw[name], got[name]
         if dy is None and name in ("C", "D", "z"):
@@ -208,6 +245,9 @@ def compare(got, ref, kw, dy, flags, what):
         assert g.shape == leaf.shape and g.dtype == leaf.dtype, f"{what} d{name}: {tuple(g.shape)} {g.dtype}"
         e, tol = grad_err(name, g, ref[name], ref), tol_of(name, dtype)
         assert e <= tol, f"{what} d{name}: relative error {e:.3e} > {tol:.1e}"
+        if name in ROWS and g.dim() > 1:
+            row, row_e = worst_row(g, ref[name])
+            assert row_e <= ROW_SLACK * tol, f"{what} d{name}: row {row} has relative error {row_e:.3e}"
     if "dt_bias" in kw:
         ddt = got["dt"].double()
         gap = (got["dt_bias"].double() - ddt.sum((0, 1))).abs()
@@ -224,8 +264,8 @@ def check(b, l, h, g, p, n, dtype=torch.bfloat16, final="grad", chunk_size=256, 
     """tk_ops' gradients against the reference's; `final`: 'none' (final states not returned), 'unused' (returned
     and unused), 'grad' (gradients on both) or 'only' (on the final states alone). Returns (got, ref, kw)."""
     kw = inputs(b, l, h, g, p, n, dtype, softplus=dt_softplus, **opts)
-    dy, dfinal = out_grads(kw, final)
     flags = dict(dt_softplus=dt_softplus, dt_limit=dt_limit)
+    dy, dfinal = out_grads(kw, final, **flags)
     got = tk_grads(kw, dy, dfinal, final != "none", chunk_size, **flags)
     ref = ref_grads(kw, dy, dfinal, final != "none", **flags)
     compare(got, ref, kw, dy, flags, what)
@@ -239,7 +279,7 @@ def assert_reproduced(a, b, ref, what):
             assert torch.equal(a[name], b[name]), f"{what} d{name}: not bitwise identical"
         else:
             tol = torch.finfo(a[name].dtype).eps / 32 if a[name].element_size() == 2 else REPEAT_TOL
-            e = grad_err(name, a[name], b[name], ref)
+            e = err(a[name], b[name], ref.get(f"{name}_terms"))
             assert e <= tol, f"{what} d{name}: differs by {e:.2e} relative (allowed {tol:.1e})"
 
 
@@ -324,15 +364,63 @@ def test_seq_idx(init, starts_at_zero, l, p, n):
           seq=packed_ids(b, l, starts_at_zero), what=f"seq_idx l={l} init={init} from_0={starts_at_zero}")
 
 
+@pytest.mark.parametrize("decay, l", [("fast", 700), ("slow", 1500)])
 @pytest.mark.parametrize("packed", [False, True], ids=["one_sequence", "seq_idx"])
-def test_chunk_size_never_changes_the_gradients(packed):
-    b, l, h, g, p, n = 2, 700, 4, 2, 128, 64
+def test_chunk_size_never_changes_the_gradients(packed, decay, l):
+    b, h, g, p, n = 2, 4, 2, 128, 64
     seq = packed_ids(b, l, starts_at_zero=False) if packed else None
     runs = [check(b, l, h, g, p, n, chunk_size=cs, D="channel", z=True, dt_bias=True, init=True, dt_softplus=True,
-                  dt_limit=DT_LIMIT, seq=seq, what=f"chunk {cs}") for cs in (64, 128, 256)]
+                  dt_limit=DT_LIMIT, seq=seq, decay=decay, what=f"{decay} chunk {cs}") for cs in (64, 128, 256)]
     ref = runs[0][1]
     assert_reproduced(runs[0][0], runs[1][0], ref, "chunk 64 vs 128")
     assert_reproduced(runs[0][0], runs[2][0], ref, "chunk 64 vs 256")
+
+
+def without_carried_gradient(kw, dy, dfinal, return_final, **flags):
+    """float64 gradients of the reference with the state carried between the kernels' chunks cut out of the
+    backward (detached at every 64-token boundary; the forward is unchanged): what a backward that lost its carried
+    gradient would return."""
+    l = kw["x"].shape[1]
+
+    def fn(initial_states=None, **args):
+        outs, state = [], initial_states
+        for start in range(0, l, KERNEL_CHUNK):
+            part = slice(start, start + KERNEL_CHUNK)
+            sliced = {k: (v[:, part] if k in ("x", "dt", "B", "C", "z", "seq_idx") else v) for k, v in args.items()}
+            out, state = scan_ref(**sliced, initial_states=state if start == 0 or state is None else state.detach(),
+                                  chunk_size=256, return_final_states=True, form="chunked", **flags)
+            outs.append(out)
+        return torch.cat(outs, 1), (state if return_final else None)
+    return autograd_grads(fn, kw, dy, dfinal, cast=lambda t: t.double())
+
+
+SLOW_CASES = [pytest.param(l, cs, id=f"l{l}-chunk{cs}") for l, cs in [(1000, 64), (1000, 256), (4097, 128)]]
+# The gradients that reach earlier chunks through the carried state (dC, dD and dz do not: they read the forward's
+# state and the output's gradient at their own token).
+CARRIED = ("x", "dt", "A", "B", "dt_bias", "initial_states")
+
+
+@pytest.mark.parametrize("final", ["grad", "only"], ids=["out_and_final", "final_only"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("l, chunk_size", SLOW_CASES)
+def test_slow_decay_gradients_cross_many_chunks(l, chunk_size, dtype, final):
+    """Heads that keep most of their state over many chunks: the gradient of a token (and of the initial states) is
+    mostly what later chunks' outputs, and the final states', send back through the carried state, so a backward that
+    lost the carried gradient, or handed it back one chunk only, is off by order 1. The inputs are first shown to make
+    that so on the reference itself: without the carried gradient, dx, ddt, dA, dB, ddt_bias and d(initial_states)
+    move by more than 10 times their bounds."""
+    b, h, g, p, n = 2, 4, 2, 64, 128
+    _, ref, kw = check(b, l, h, g, p, n, dtype, final=final, chunk_size=chunk_size, z=True, dt_bias=True, init=True,
+                       decay="slow", what=f"slow decay l={l} chunk {chunk_size} {dtype} final={final}")
+    log_decay = mamba2_dt(kw["dt"], kw["dt_bias"]) * kw["A"].double()  # (b, l, h)
+    per_chunk = torch.stack([log_decay[:, s:s + KERNEL_CHUNK].sum(1) for s in range(0, l, KERNEL_CHUNK)])
+    assert per_chunk.min() > math.log(0.25), "a head loses more than three quarters of its state within one chunk"
+    assert log_decay.sum(1).max() > math.log(0.5), "no head keeps half its state over the whole sequence"
+    dy, dfinal = out_grads(kw, final)
+    cut = without_carried_gradient(kw, dy, dfinal, True)
+    for name in CARRIED:  # an input the cut-off backward does not reach at all gets no gradient: zero
+        e = grad_err(name, torch.zeros_like(ref[name]) if cut[name] is None else cut[name], ref[name], ref)
+        assert e > 10 * tol_of(name, dtype), f"d{name} without the carried gradient is only {e:.2e} off"
 
 
 @pytest.mark.parametrize("h, g, p, n", [(4, 1, 64, 128), (6, 2, 128, 64)], ids=["head_pairs", "column_halves"])
@@ -340,8 +428,8 @@ def test_two_runs_agree(h, g, p, n):
     """The same inputs twice: dx and dz bit for bit, the summed gradients to REPEAT_TOL."""
     b, l = 3, 777
     kw = inputs(b, l, h, g, p, n, D="channel", z=True, dt_bias=True, init=True, softplus=True)
-    dy, dfinal = out_grads(kw, "grad")
     flags = dict(dt_softplus=True, dt_limit=DT_LIMIT)
+    dy, dfinal = out_grads(kw, "grad", **flags)
     first = tk_grads(kw, dy, dfinal, True, **flags)
     second = tk_grads(kw, dy, dfinal, True, **flags)
     ref = ref_grads(kw, dy, dfinal, True, **flags)
@@ -402,13 +490,14 @@ def test_strided_views_of_one_projection():
         assert e <= TOL[torch.bfloat16], f"strided d{name}: relative error {e:.3e}"
 
 
+@pytest.mark.parametrize("decay", ["fast", "slow"])
 @pytest.mark.parametrize("cut", [64, 201], ids=["cut_at_chunk_edge", "cut_inside_chunk"])
-def test_prefill_in_two_calls_has_the_gradients_of_one(cut):
-    """The first call's final states are the second's initial states: gradients flow back through them, and equal
-    those of one call over the whole sequence."""
+def test_prefill_in_two_calls_has_the_gradients_of_one(cut, decay):
+    """The first call's final states are the second's initial states: gradients flow back through them (with slowly
+    decaying heads, most of the first call's gradients do), and equal those of one call over the whole sequence."""
     b, l, h, g, p, n = 2, 600, 4, 2, 128, 128
-    kw = inputs(b, l, h, g, p, n, D="head", z=True, dt_bias=True, init=True, softplus=True)
-    dy, dfinal = out_grads(kw, "grad")
+    kw = inputs(b, l, h, g, p, n, D="head", z=True, dt_bias=True, init=True, softplus=True, decay=decay)
+    dy, dfinal = out_grads(kw, "grad", dt_softplus=True)
     whole = tk_grads(kw, dy, dfinal, True, dt_softplus=True)
 
     def two_calls(x, dt, A, B, C, D, z, dt_bias, initial_states):
@@ -422,17 +511,17 @@ def test_prefill_in_two_calls_has_the_gradients_of_one(cut):
     split = autograd_grads(two_calls, kw, dy, dfinal)
     torch.cuda.synchronize()
     ref = ref_grads(kw, dy, dfinal, True, dt_softplus=True)
-    compare(split, ref, kw, dy, dict(dt_softplus=True), f"two calls cut at {cut}")
+    compare(split, ref, kw, dy, dict(dt_softplus=True), f"{decay}: two calls cut at {cut}")
     for name in names_of(kw):
         e = grad_err(name, split[name], whole[name], ref)
-        assert e <= tol_of(name, torch.bfloat16), f"cut at {cut} d{name}: {e:.3e} from one call's"
+        assert e <= tol_of(name, torch.bfloat16), f"{decay}: cut at {cut} d{name}: {e:.3e} from one call's"
 
 
 # -- torch.compile and CUDA graphs ---------------------------------------------------------------------------------
 
 def test_compiles_fullgraph_forward_and_backward():
     kw = inputs(2, 333, 4, 2, 64, 128, D="channel", z=True, dt_bias=True, init=True, softplus=True)
-    dy, dfinal = out_grads(kw, "grad")
+    dy, dfinal = out_grads(kw, "grad", dt_softplus=True, dt_limit=DT_LIMIT)
     w_out = dy.float()
 
     def loss(x, dt, A, B, C, D, z, dt_bias, initial_states):
@@ -466,7 +555,7 @@ def test_cuda_graph_capture_of_forward_and_backward():
     kw = inputs(b, l, h, g, p, n, torch.float16, **shape)
     names = names_of(kw)
     leaves = {k: kw[k].detach().clone().requires_grad_() for k in names}
-    dy, dfinal = out_grads(kw, "grad")
+    dy, dfinal = out_grads(kw, "grad", **flags)
 
     def step():
         out, final = tk_ops.mamba2_chunk_scan(**leaves, **flags, return_final_states=True)
@@ -483,7 +572,7 @@ def test_cuda_graph_capture_of_forward_and_backward():
         captured = step()
 
     new = inputs(b, l, h, g, p, n, torch.float16, seed=7, **shape)
-    new_dy, new_dfinal = out_grads(new, "grad", seed=8)
+    new_dy, new_dfinal = out_grads(new, "grad", seed=8, **flags)
     with torch.no_grad():
         for k in names:
             leaves[k].copy_(new[k])

@@ -2,7 +2,10 @@
 depthwise conv + SiLU, tk_ops.reference.mamba2_chunk_scan, gated RMSNorm, out_proj) that rounds where the module rounds
 (the bf16 outputs of the projection, the convolution and the scan), for several configurations; decoding token by token
 (step, with tk_ops.mamba2_step) and chunked prefill through the cache equal one forward; every parameter's gradient
-against the composition's. Skipped unless the 'gemm' and 'mamba2' families are in the build."""
+against the composition's; a dt_limit that clamps dt at both ends, forward and gradients. Skipped unless the 'gemm' and
+'mamba2' families are in the build."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +14,7 @@ import tk_ops
 from tk_ops.reference.mamba2 import mamba2_chunk_scan as scan_ref
 
 from ...util import requires_families
-from ..util import rel_err
+from ..util import assert_close, rel_err
 
 # Four bf16 roundings in a row (projection, convolution, scan, norm), each up to 2^-9 relative, and the scan's own
 # bf16 / fp32 error (1e-3 .. 1e-2): the module's output lands within 2e-2 of the composition.
@@ -89,10 +92,9 @@ def test_forward_matches_the_composition(config):
     m = make_module(**config)
     u = inputs(m)
     with torch.no_grad():
-        out = m(u)
+        out, ref = m(u), reference(m, u)
     assert out.shape == u.shape and out.dtype == torch.bfloat16
-    err = rel_err(out, reference(m, u))
-    assert err <= TOL, f"relative error {err:.3e}"
+    assert_close(out, ref, TOL, "forward")
 
 
 @pytest.mark.parametrize("config", ["default", "groups2", "D_per_channel", "no_rmsnorm", "headdim128_bias"])
@@ -108,9 +110,8 @@ def test_decoding_steps_equal_the_forward(config):
         steps = [m.step(u[:, t], cache) for t in range(prefill, u.shape[1])]
         step3d = m.step(u[:, :1], m.init_cache(u.shape[0]))  # (B, 1, d_model) in, same shape out
     assert step3d.shape == (u.shape[0], 1, m.d_model)
-    assert rel_err(head, full[:, :prefill]) <= TOL / 2
-    err = rel_err(torch.stack(steps, dim=1), full[:, prefill:])
-    assert err <= TOL, f"decoded tokens: relative error {err:.3e}"
+    assert_close(head, full[:, :prefill], TOL / 2, "prefill through the cache")
+    assert_close(torch.stack(steps, dim=1), full[:, prefill:], TOL, "decoded tokens")
 
 
 def test_decoding_from_an_empty_cache():
@@ -120,8 +121,7 @@ def test_decoding_from_an_empty_cache():
         full = m(u)
         cache = m.init_cache(u.shape[0])
         steps = torch.stack([m.step(u[:, t], cache) for t in range(u.shape[1])], dim=1)
-    err = rel_err(steps, full)
-    assert err <= TOL, f"relative error {err:.3e}"
+    assert_close(steps, full, TOL, "decoded tokens")
 
 
 def test_chunked_prefill_equals_one_pass():
@@ -133,12 +133,14 @@ def test_chunked_prefill_equals_one_pass():
         cache_one, cache_two = m.init_cache(2), m.init_cache(2)
         full = m(u, cache_one)
         first, second = m(u[:, :97], cache_two), m(u[:, 97:], cache_two)
-    assert rel_err(torch.cat([first, second], dim=1), full) <= TOL / 2
+    assert_close(torch.cat([first, second], dim=1), full, TOL / 2, "two forwards through the cache")
     # The last d_conv inputs, copied (the projection's rounding may differ by an ulp between the two GEMM sizes).
-    assert rel_err(cache_two[0], cache_one[0]) <= 1e-2
-    assert rel_err(cache_two[1], cache_one[1]) <= TOL / 2
-    with torch.no_grad():  # a fresh cache changes nothing: forward with it equals forward without one (up to the
-        assert rel_err(full, m(u)) <= 5e-3  # convolution's fp32 summation order, which may flip a bf16 rounding)
+    assert_close(cache_two[0], cache_one[0], 1e-2, "conv_state")
+    assert_close(cache_two[1], cache_one[1], TOL / 2, "ssm_state")
+    # A fresh cache changes nothing: forward with it equals forward without one (up to the convolution's fp32
+    # summation order, which may flip a bf16 rounding).
+    with torch.no_grad():
+        assert_close(full, m(u), 5e-3, "forward without a cache")
 
 
 @pytest.mark.parametrize("config", ["default", "groups2", "D_per_channel", "no_rmsnorm"])
@@ -150,8 +152,51 @@ def test_gradients_match_the_composition(config):
     got = torch.autograd.grad((m(u).double() * weights).sum(), params)
     ref = torch.autograd.grad((reference(m, u) * weights).sum(), params)
     for name, g, r in zip(names, got, ref):
-        err = rel_err(g, r)
-        assert err <= GRAD_TOL, f"{name}: relative error {err:.3e}"
+        assert_close(g, r, GRAD_TOL, name)
+
+
+# A dt_limit that binds: make_dt_limited spreads dt_bias over the heads so that softplus(dt + dt_bias) spans about
+# 1e-3 .. 0.1 (Mamba2's init range, log-spaced rather than drawn), and these limits clamp a quarter or more of the
+# steps at each end. Slowly decaying heads (A_init_range 0.01 .. 0.1) and a small D leave the scan, and so dt, most
+# of the output: on the CPU, lifting the limits moves the composition's output by 0.45 relative (0.77 in the worst
+# row).
+DT_LIMIT = (0.003, 0.03)
+
+
+def make_dt_limited():
+    m = make_module(d_state=64, dt_limit=DT_LIMIT, A_init_range=(0.01, 0.1))
+    with torch.no_grad():
+        dt = torch.logspace(-3, -1, m.nheads, device="cuda", dtype=torch.float64)
+        m.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
+        m.D.mul_(0.1)
+    return m
+
+
+def test_dt_limit_clamps_and_matches_the_composition():
+    """nn.Mamba2(dt_limit=...) with limits that clamp dt at both ends: the forward and every parameter's gradient
+    (none through a clamped dt) against the composition, which clamps as mamba_chunk_scan_combined does. The premise
+    first: the limits clamp a fair share of the steps at each end, and lifting them moves the composition's output by
+    more than 5 times the bound."""
+    m = make_dt_limited().train()
+    u = inputs(m)
+    with torch.no_grad():
+        raw_dt = F.linear(u.double(), m.in_proj.weight.double()).bfloat16()[..., -m.nheads:]
+        dt = F.softplus(raw_dt.double() + m.dt_bias.double())
+        below, above = (dt < DT_LIMIT[0]).double().mean().item(), (dt > DT_LIMIT[1]).double().mean().item()
+        ref = reference(m, u)
+        m.dt_limit = (0.0, math.inf)
+        unlimited = reference(m, u)
+        m.dt_limit = DT_LIMIT
+        out = m(u)
+    assert 0.1 < below < 0.6 and 0.1 < above < 0.6, f"clamped: {below:.2f} below, {above:.2f} above"
+    assert rel_err(unlimited, ref) > 5 * TOL, "lifting the limits hardly changes the output"
+    assert_close(out, ref, TOL, "forward")
+    weights = torch.randn(u.shape, device="cuda", dtype=torch.float64)
+    names, params = zip(*m.named_parameters())
+    got = torch.autograd.grad((m(u).double() * weights).sum(), params)
+    want = torch.autograd.grad((reference(m, u) * weights).sum(), params)
+    for name, g, r in zip(names, got, want):
+        assert_close(g, r, GRAD_TOL, f"{name} under dt_limit")
 
 
 def test_step_under_grad_mode_needs_no_gradient():
