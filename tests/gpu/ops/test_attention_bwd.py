@@ -8,13 +8,19 @@ import torch
 import tk_ops
 from tk_ops import reference
 
-from ..util import fresh_pool_with_nan, rel_err
+from ..util import assert_close, fresh_pool_with_nan, rel_err, worst_row
 
-# ||grad - ref|| / ||ref||. Twice the forward's tolerances: the backward rounds once more on the way (dS goes
-# to 16 bits before the dQ and dK products, and O, dO enter delta in 16 bits).
-TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2}
-# max |grad - ref| / max |ref|: catches a wrong row or tile that the norm would average away.
-MAX_TOL = {torch.bfloat16: 5e-2, torch.float16: 2.5e-2}
+# ||grad - ref|| / ||ref||, and 4x that in every row (a (b, h, n) vector; assert_close). The backward rounds more on
+# the way than the forward (P and dS go to 16 bits before their products, O enters delta in 16 bits): about 2.5e-3
+# in bf16 and 3e-4 in fp16. A row that sees few keys is worse: dS = P (dP - delta) cancels where one key dominates and
+# delta carries O's rounding to 16 bits, which leaves a few rows of dQ at up to about 3e-2 in bf16 and 4e-3 in fp16.
+# fp16 keeps three more mantissa bits than bf16, so its bounds are about 7x tighter.
+TOL = {torch.bfloat16: 2e-2, torch.float16: 3e-3}
+# max |grad - ref| / max |ref|: a single wrong element the row norm would dilute.
+MAX_TOL = {torch.bfloat16: 5e-2, torch.float16: 7.5e-3}
+# With one visible key per row the softmax is constant and dQ = dK = 0 exactly; the kernel leaves ~1e-6 there
+# (delta and dP agree only to fp32 rounding).
+ZERO_ATOL = 5e-5
 
 
 def qkv(b, hq, hk, nq, nk, d, dtype):
@@ -25,24 +31,30 @@ def qkv(b, hq, hk, nq, nk, d, dtype):
 
 
 def max_err(out, ref) -> float:
-    """max |out - ref| / max |ref|, the denominator floored at 1e-3: a gradient that is zero in exact arithmetic
-    (with one key the softmax is constant, so dQ = dK = 0) is judged by its absolute error, which the kernel
-    leaves at ~1e-6 (delta and dP agree only to fp32 rounding), not by a ratio to float64 round-off."""
+    """max |out - ref| / max |ref| in float64."""
     out64, ref64 = out.double(), ref.double()
-    return (out64 - ref64).abs().max().item() / max(ref64.abs().max().item(), 1e-3)
+    return (out64 - ref64).abs().max().item() / ref64.abs().max().item()
 
 
-def assert_grads(got, ref, dtype, what):
+def assert_grads(got, ref, dtype, what, tol=None, max_tol=None, row_tol=None):
+    """Each gradient against its float64 reference: shape, dtype, finite, within `tol` (TOL) as a whole and `row_tol`
+    (assert_close's default: ROW_SLACK x tol) in every row, and within `max_tol` (MAX_TOL) in its largest element
+    error; a reference that is exactly zero by `ZERO_ATOL` in absolute terms."""
+    tol = TOL[dtype] if tol is None else tol
+    max_tol = MAX_TOL[dtype] if max_tol is None else max_tol
     for name, g, r in zip(("dq", "dk", "dv"), got, ref):
         assert g.shape == r.shape, f"{what} {name}: shape {tuple(g.shape)} != {tuple(r.shape)}"
         assert g.dtype == dtype, f"{what} {name}: dtype {g.dtype}"
         assert torch.isfinite(g).all(), f"{what} {name}: non-finite values"
         if r.numel() == 0:
             continue
-        err = rel_err(g, r)
-        assert err <= TOL[dtype], f"{what} {name}: relative error {err:.3e} > {TOL[dtype]:.1e}"
+        if not r.any():
+            err = g.double().abs().max().item()
+            assert err <= ZERO_ATOL, f"{what} {name}: exactly 0 in the reference, max |value| {err:.3e}"
+            continue
+        assert_close(g, r, tol, f"{what} {name}", row_tol)
         mx = max_err(g, r)
-        assert mx <= MAX_TOL[dtype], f"{what} {name}: max error {mx:.3e} of the largest value"
+        assert mx <= max_tol, f"{what} {name}: max error {mx:.3e} of the largest value"
 
 
 def check(q, k, v, causal, scale=None, what=""):
@@ -149,6 +161,8 @@ def test_matches_sdpa_accuracy(causal):
     ref = reference.attention_backward(q.detach(), k.detach(), v.detach(), dout, causal)
     for name, a, b, r in zip(("dq", "dk", "dv"), ours, theirs, ref):
         assert rel_err(a, r) <= 2 * rel_err(b, r) + 1e-3, f"{name}: ours {rel_err(a, r):.2e} sdpa {rel_err(b, r):.2e}"
+        ours_row, sdpa_row = worst_row(a, r)[1], worst_row(b, r)[1]
+        assert ours_row <= 2 * sdpa_row + 4e-3, f"{name}: worst row ours {ours_row:.2e} sdpa {sdpa_row:.2e}"
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -180,8 +194,7 @@ def test_loss_backward_on_a_subset(wrt):
     for name, t, r in zip("qkv", (q, k, v), ref):
         if name in wrt:
             assert t.grad is not None and t.grad.dtype == torch.bfloat16
-            err = rel_err(t.grad, r)
-            assert err <= TOL[torch.bfloat16], f"d{name}: relative error {err:.3e}"
+            assert_close(t.grad, r, TOL[torch.bfloat16], f"d{name}")
         else:
             assert t.grad is None, f"{name} does not require grad but got one"
 

@@ -1,25 +1,26 @@
 """tk_ops.attention_varlen (packed documents, like flash_attn_varlen_func) against the float64 reference, document by
 document, forward (O, LSE) and backward (dQ, dK, dV, and through the LSE): ragged lengths with empty documents and
-documents of one token, cross lengths per document, causal, windows, softcap, GQA, head dims 64 to 256, bf16 and
-fp16, rows past the last offset, NaN and inf outside the documents (past the last offsets, or in the next document),
-offsets that are not monotonic (clamped, never out of bounds), torch.compile and CUDA graphs."""
+documents of one token, cross lengths per document, causal, windows, softcap, explicit scales, GQA, head dims 64 to
+256, bf16 and fp16, rows past the last offset, NaN and inf outside the documents (past the last offsets, or in the
+next document), offsets that are not monotonic (clamped, never out of bounds), torch.compile and CUDA graphs."""
 import pytest
 import torch
 
 import tk_ops
 from tk_ops import reference
 
-from ..util import fresh_pool_with_nan, rel_err
+from ..util import assert_close, fresh_pool_with_nan, rel_err
 from .test_attention import LSE_ATOL, TOL
 from .test_attention_bwd import assert_grads
+from .test_attention_masks import CAP, CAP_INPUT_SCALE, lse_tol, tolerances
 
 
 def cu(lengths):
     return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
 
 
-def packed(total, heads, d, dtype):
-    return torch.randn(total, heads, d, device="cuda").to(dtype)
+def packed(total, heads, d, dtype, scale=1.0):
+    return (torch.randn(total, heads, d, device="cuda") * scale).to(dtype)
 
 
 def check(q, k, v, cu_q, cu_k, what, **options):
@@ -29,15 +30,14 @@ def check(q, k, v, cu_q, cu_k, what, **options):
     ref, ref_lse = reference.attention_varlen(q, k, v, cu_q, cu_k, **options)
     assert out.shape == q.shape and out.dtype == q.dtype, what
     assert lse.shape == (q.shape[1], q.shape[0]) and lse.dtype == torch.float32, what
-    err = rel_err(out, ref)
-    assert err <= TOL[q.dtype], f"{what}: O relative error {err:.3e}"
+    assert_close(out, ref, TOL[q.dtype], f"{what}: O")  # rows: one (token, head) each
     empty = torch.isneginf(ref_lse)
     assert torch.equal(torch.isneginf(lse), empty), f"{what}: -inf LSE rows differ"
     if empty.any():
         assert (out.transpose(0, 1)[empty] == 0).all(), f"{what}: rows that see no key must be 0"
     if (~empty).any():
-        lse_err = (lse.double()[~empty] - ref_lse[~empty]).abs().max().item()
-        assert lse_err <= LSE_ATOL, f"{what}: LSE max error {lse_err:.3e}"
+        lse_err = (lse.double()[~empty] - ref_lse[~empty]).abs().max().item()  # per element
+        assert lse_err <= lse_tol(options.get("softcap", 0.0)), f"{what}: LSE max error {lse_err:.3e}"
 
 
 DOCS = {
@@ -48,17 +48,28 @@ DOCS = {
 }
 
 
-@pytest.mark.parametrize("options", [dict(), dict(causal=True), dict(causal=True, window=(100, -1)),
-                                     dict(window=(50, 20), softcap=30.0), dict(causal=True, softcap=10.0)],
-                         ids=["full", "causal", "causal_w100", "w50_20_cap30", "causal_cap10"])
+# (options, the scale of q and k). The softcaps bind, computed in float64 on these documents: a kernel ignoring CAP on
+# scores of standard deviation 4 would miss O by 1.6 to 2 (relative) and the gradients by 3 to 4; one ignoring the
+# cap of 2 on unit scores would miss O by 0.3 to 0.4 and the gradients by 0.75 to 1.1.
+OPTIONS = {
+    "full": ({}, 1.0),
+    "causal": ({"causal": True}, 1.0),
+    "causal_w100": ({"causal": True, "window": (100, -1)}, 1.0),
+    f"w50_20_cap{CAP:g}": ({"window": (50, 20), "softcap": CAP}, CAP_INPUT_SCALE),
+    "causal_cap2": ({"causal": True, "softcap": 2.0}, 1.0),
+}
+
+
+@pytest.mark.parametrize("options", list(OPTIONS))
 @pytest.mark.parametrize("docs", list(DOCS), ids=list(DOCS))
 @pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_packed_documents(d, docs, options):
     lengths = DOCS[docs]
     total = sum(lengths)
-    q = packed(total, 4, d, torch.bfloat16)
-    k, v = packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
-    check(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **options)
+    kw, scale = OPTIONS[options]
+    q = packed(total, 4, d, torch.bfloat16, scale)
+    k, v = packed(total, 2, d, torch.bfloat16, scale), packed(total, 2, d, torch.bfloat16)
+    check(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **kw)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal_bottom_right"])
@@ -86,7 +97,7 @@ def test_gpu_offsets_not_starting_at_zero():
     out = tk_ops.attention_varlen(q, k, v, bad, bad, 600, 600, causal=True)
     good = torch.tensor([0, 400, 600], dtype=torch.int32, device="cuda")
     ref, _ = reference.attention_varlen(q, k, v, good, good, causal=True)
-    assert rel_err(out, ref) <= TOL[torch.bfloat16]
+    assert_close(out, ref, TOL[torch.bfloat16], "offsets clamped to start at 0")
 
 
 def test_offsets_out_of_order_stay_inside_the_tensors():
@@ -97,7 +108,7 @@ def test_offsets_out_of_order_stay_inside_the_tensors():
     out = tk_ops.attention_varlen(q, k, v, bad, bad, 600, 600, causal=True)
     clamped = torch.tensor([0, 400, 400, 600], dtype=torch.int32, device="cuda")
     ref, _ = reference.attention_varlen(q, k, v, clamped, clamped, causal=True)
-    assert rel_err(out, ref) <= TOL[torch.bfloat16]
+    assert_close(out, ref, TOL[torch.bfloat16], "clamped offsets")
 
 
 def test_offsets_in_host_memory():
@@ -157,34 +168,65 @@ def check_backward(q, k, v, cu_q, cu_k, what, with_lse=False, **options):
         loss = loss + (torch.where(seen, lse, 0.0) * dlse).sum()
     fresh_pool_with_nan(2 * (q.numel() + k.numel() + v.numel()))
     got = torch.autograd.grad(loss, (q, k, v))
-    assert_grads(got, reference_grads(q.detach(), k.detach(), v.detach(), dout, cu_q, cu_k, dlse, **options), q.dtype,
-                 what)
+    expect = reference_grads(q.detach(), k.detach(), v.detach(), dout, cu_q, cu_k, dlse, **options)
+    assert_grads(got, expect, q.dtype, what, *tolerances(q.dtype, options.get("softcap", 0.0))[1:])
 
 
-@pytest.mark.parametrize("options", [dict(), dict(causal=True), dict(causal=True, window=(100, -1)),
-                                     dict(window=(50, 20), softcap=30.0)],
-                         ids=["full", "causal", "causal_w100", "w50_20_cap30"])
+@pytest.mark.parametrize("options", ["full", "causal", "causal_w100", f"w50_20_cap{CAP:g}", "causal_cap2"])
 @pytest.mark.parametrize("docs", ["ragged", "many_short", "empty_ends"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_backward_packed_documents(d, docs, options):
     lengths = DOCS[docs]
     total = sum(lengths)
-    q = packed(total, 4, d, torch.bfloat16)
-    k, v = packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
-    check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **options)
+    kw, scale = OPTIONS[options]
+    q = packed(total, 4, d, torch.bfloat16, scale)
+    k, v = packed(total, 2, d, torch.bfloat16, scale), packed(total, 2, d, torch.bfloat16)
+    check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} {docs} {options}", **kw)
 
 
-@pytest.mark.parametrize("options", [dict(causal=True), dict(window=(50, 20), softcap=30.0)],
-                         ids=["causal", "w50_20_cap30"])
+@pytest.mark.parametrize("options", ["causal", f"w50_20_cap{CAP:g}"])
 @pytest.mark.parametrize("d", [96, 256])
 def test_backward_packed_documents_other_head_dims(d, options):
     """D = 96 (three 32-column chunks) and D = 256 (the split backward, its exchange tiles and per-consumer dK / dV
     stores of a document's last partial tile) on ragged documents."""
     lengths = DOCS["ragged"]
     total = sum(lengths)
+    kw, scale = OPTIONS[options]
+    q = packed(total, 4, d, torch.bfloat16, scale)
+    k, v = packed(total, 2, d, torch.bfloat16, scale), packed(total, 2, d, torch.bfloat16)
+    check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} ragged {options}", **kw)
+
+
+# Scales other than 1/sqrt(D), with and without a cap (which acts on the scaled scores), and negative (which the
+# forward runs as -q at the positive scale: a path of its own). In float64 on these documents, a kernel that used the
+# default scale instead would miss O by 0.25 to 1.1 (relative) and the gradients by 0.6 to 2.4.
+SCALED = {
+    "s0.05-causal": (0.05, {"causal": True}),
+    "s-0.3-w100_30": (-0.3, {"window": (100, 30)}),
+    "s-0.3-causal_cap2": (-0.3, {"causal": True, "softcap": 2.0}),
+    "s0.05-w100_30_cap2": (0.05, {"window": (100, 30), "softcap": 2.0}),
+}
+
+
+@pytest.mark.parametrize("case", list(SCALED))
+@pytest.mark.parametrize("d", [64, 128])
+def test_explicit_scale(d, case):
+    scale, kw = SCALED[case]
+    lengths = DOCS["ragged"]
+    total = sum(lengths)
     q = packed(total, 4, d, torch.bfloat16)
     k, v = packed(total, 2, d, torch.bfloat16), packed(total, 2, d, torch.bfloat16)
-    check_backward(q, k, v, cu(lengths), cu(lengths), f"d={d} ragged {options}", **options)
+    what = f"d={d} scale={scale} {kw}"
+    check(q, k, v, cu(lengths), cu(lengths), what, scale=scale, **kw)
+    check_backward(q, k, v, cu(lengths), cu(lengths), what, scale=scale, **kw)
+
+
+def test_zero_scale():
+    """scale = 0: every visible key weighs the same (the kernels read zeros for q), whatever q holds."""
+    lengths = [300, 1, 0, 777]
+    q = packed(1078, 4, 64, torch.bfloat16)
+    k, v = packed(1078, 2, 64, torch.bfloat16), packed(1078, 2, 64, torch.bfloat16)
+    check(q, k, v, cu(lengths), cu(lengths), "scale=0", scale=0.0, causal=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -250,8 +292,7 @@ def test_non_finite_next_document(d, causal):
     ref, ref_lse = reference.attention_varlen(q[:first].detach(), k[:first].detach(), v[:first].detach(), alone, alone,
                                               causal=causal)
     what = f"non-finite next document d={d} causal={causal}"
-    err = rel_err(out[:first], ref)
-    assert err <= TOL[q.dtype], f"{what}: O relative error {err:.3e}"
+    assert_close(out[:first], ref, TOL[q.dtype], f"{what}: O")
     lse_err = (lse[:, :first].double() - ref_lse).abs().max().item()
     assert lse_err <= LSE_ATOL, f"{what}: LSE max error {lse_err:.3e}"
 
@@ -306,4 +347,4 @@ def test_compiles_fullgraph_and_captures():
     graph.replay()
     torch.cuda.synchronize()
     ref, _ = reference.attention_varlen(q * 2, k, v, offsets, offsets, causal=True, window=(64, -1))
-    assert rel_err(out, ref) <= TOL[torch.bfloat16]
+    assert_close(out, ref, TOL[torch.bfloat16], "graph replay")
