@@ -23,11 +23,12 @@ from . import errors
 from .errors import TkOpsError
 from .gemm import matmul, scaled_mm
 from .attention import attention, attention_varlen, attention_varlen_with_lse, attention_with_lse
+from .sdpa import scaled_dot_product_attention
 from .based import based, based_step
 from .mamba2 import mamba2_chunk_scan, mamba2_step
 from .fftconv import fftconv, fftconv_spectrum
-from . import nn, reference
+from . import flash_attn, nn, reference
 
 __all__ = ["matmul", "scaled_mm", "attention", "attention_with_lse", "attention_varlen", "attention_varlen_with_lse",
            "based", "based_step", "mamba2_chunk_scan", "mamba2_step", "fftconv", "fftconv_spectrum", "nn", "reference",
-           "errors", "TkOpsError", "__version__"]
+           "errors", "TkOpsError", "__version__", "scaled_dot_product_attention", "flash_attn"]
