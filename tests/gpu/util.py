@@ -6,7 +6,7 @@ import torch
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; NaN anywhere in out gives inf so it can never pass."""
-    out64, ref64 = out.double(), ref.double()
+    out64, ref64 = out.detach().double(), ref.detach().double()
     if not torch.isfinite(out64).all():
         return float("inf")
     denom = ref64.norm().item()
@@ -18,7 +18,7 @@ def worst_row(out: torch.Tensor, ref: torch.Tensor) -> tuple[int, float]:
     error: ||out_r - ref_r|| over the larger of ||ref_r|| and the root-mean-square row norm, so that a row of small
     values is measured against the tensor's scale rather than its own (which rounding alone could exceed)."""
     width = out.shape[-1] if out.dim() > 0 else 1
-    out64, ref64 = out.double().reshape(-1, width), ref.double().reshape(-1, width)
+    out64, ref64 = out.detach().double().reshape(-1, width), ref.detach().double().reshape(-1, width)
     if out64.numel() == 0:
         return 0, 0.0
     ref_norms = ref64.norm(dim=1)
