@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 source tools/device/common.sh
 install_extension || exit 1
 python3 -c "from tests.gpu.lib import tklib; import time; t=time.time(); tklib.build(); print(f'library test kernels build: {time.time()-t:.0f} s')"
-timeout 420 python3 -m pytest tests/ -q -p no:cacheprovider -ra ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+timeout 420 python3 -m pytest tests/ -q -p no:cacheprovider -ra --durations=30 ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
 status=$?; record pytest $status; echo "pytest exit $status"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -3 "$OUT/pytest.log"
 if [ "${SANITIZE:-0}" = 1 ]; then
