@@ -18,8 +18,8 @@ class Attention(torch.nn.Module):
     One fused projection ``qkv`` (a :class:`Linear`, E -> (H + 2 * Hkv) * D) makes the queries, keys and
     values, :func:`tk_ops.attention` (or :func:`tk_ops.attention_varlen` for packed documents) mixes them and
     ``proj`` (a :class:`Linear`, H * D -> E) projects back; all three run on tk_ops kernels, forward and backward.
-    D = E / H is the head dimension (64, 96, 128 or 256: the ones the build's kernels take,
-    :func:`tk_ops.attention.head_dims`; checking it loads the extension). ``num_kv_heads`` < ``num_heads`` gives
+    D = E / H is the head dimension (64, 96, 128 or 256: the ones the build's kernels take, which ``head_dims()``
+    of the module ``tk_ops.attention`` lists; checking it loads the extension). ``num_kv_heads`` < ``num_heads`` gives
     grouped-query attention (1: multi-query); query head h uses key/value head h // (H / Hkv). ``causal`` masks
     future positions. The keyword-only options are those of :func:`tk_ops.attention`: ``window=(left, right)``,
     FlashAttention's sliding window, lets position i see the keys j with i - left <= j <= i + right (-1: no limit
@@ -39,23 +39,41 @@ class Attention(torch.nn.Module):
     which with the default window and softcap is ``F.scaled_dot_product_attention(q, k, v, is_causal=causal,
     enable_gqa=True)`` on the (B, heads, N, D) transposes.
 
-    ``forward(x, cu_seqlens=None, max_seqlen=None)``: with ``cu_seqlens`` (int32, documents + 1 offsets starting
-    at 0, on x's device or in host memory, as flash_attn_varlen_func takes them) x holds documents back to back,
-    (total_tokens, E) or (1, total_tokens, E), and y has x's shape. Rows cu_seqlens[i] .. cu_seqlens[i + 1] are
-    document i, which
-    attends only within itself: y is the module applied to each document on its own (its causal mask and window
-    measured inside it), concatenated; the work stays inside documents. Rows past the last offset see no
-    key (their attention output is 0, so y there is ``proj``'s bias, or 0). ``max_seqlen``, a Python int (the
-    longest document's length, as flash-attn takes it), is accepted for compatibility: the kernels do not need it
-    and the results do not depend on it. None passes the number of tokens; the module never computes the exact
-    value itself, since reading cu_seqlens on the host would wait for the GPU.
+    Args:
+        embed_dim: E, the model width; a multiple of num_heads.
+        num_heads: H, the query heads; D = E / H must be a head dimension the build's kernels take.
+        num_kv_heads: Hkv, the key/value heads, dividing H (None: H; 1: multi-query attention).
+        causal: mask future positions (each position sees itself and the earlier ones).
+        bias: give both projections a bias.
+        device: where the parameters are created (None: torch's default device).
+        dtype: the parameters' dtype, bfloat16 by default (the projections compute in bfloat16).
+        window: keyword-only ``(left, right)``, each -1 (unlimited) or >= 0: position i sees the keys i - left <= j <=
+            i + right (``causal`` sets right = 0).
+        softcap: keyword-only; 0 for none, else a positive finite cap on the scaled scores.
 
-    Parameters are bfloat16 by default (the projections compute in bfloat16).
+    ``forward(x)`` returns y (B, N, E) for x (B, N, E), or y (total_tokens, E) for packed documents with
+    ``cu_seqlens`` (:meth:`forward`), in the parameters' dtype.
+
+    Autograd:
+        Every parameter and x train, on the tk_ops kernels: the projections' GEMMs and the attention backward.
+
+    Raises:
+        InputError: at construction, a size is not a positive int, embed_dim is not a multiple of num_heads, the head
+            dimension is not one the build takes (checked at construction where the extension is installed, else at
+            the first forward), num_kv_heads does not divide num_heads, causal is not a bool, or window or softcap is
+            out of range.
+
+    Example::
+
+        attn = tk_ops.nn.Attention(2048, 16, num_kv_heads=4, causal=True, device="cuda")   # D = 128, GQA
+        x = torch.randn(8, 1024, 2048, device="cuda", dtype=torch.bfloat16)
+        y = attn(x)                                                  # (8, 1024, 2048) bfloat16
+        y.float().square().mean().backward()
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None, causal: bool = False,
-                 bias: bool = False, device=None, dtype=torch.bfloat16, *, window: tuple[int, int] = (-1, -1),
-                 softcap: float = 0.0):
+                 bias: bool = False, device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16,
+                 *, window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> None:
         super().__init__()
         name = "tk_ops.nn.Attention"
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -93,6 +111,45 @@ class Attention(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
                 max_seqlen: int | None = None) -> torch.Tensor:
+        """Self-attention of x: the qkv projection, :func:`tk_ops.attention` (or :func:`tk_ops.attention_varlen` for
+        packed documents) with the module's options, and the output projection.
+
+        Without ``cu_seqlens``, x is a batch of sequences of one length. With ``cu_seqlens``, x holds documents back
+        to back: rows ``cu_seqlens[i] .. cu_seqlens[i + 1]`` are document i, which attends only within itself, so y
+        is the module applied to each document on its own (its causal mask and window measured inside it),
+        concatenated, and the work stays inside documents. Rows past the last offset see no key: their attention
+        output is 0, so y there is ``proj``'s bias, or 0.
+
+        Args:
+            x: (B, N, embed_dim) CUDA tensor in the parameters' dtype (bfloat16); with ``cu_seqlens``, (total_tokens,
+                embed_dim) or (1, total_tokens, embed_dim).
+            cu_seqlens: None, or int32 offsets, documents + 1 of them starting at 0, on x's device or in host memory,
+                as flash_attn_varlen_func takes them.
+            max_seqlen: None, or a Python int, the longest document's length, accepted for flash-attn compatibility:
+                the kernels do not need it and the result does not depend on it. None passes the number of tokens (the
+                module never reads cu_seqlens on the host, which would wait for the GPU).
+
+        Returns:
+            y shaped like x: (B, N, embed_dim), or x's packed shape, in the parameters' dtype.
+
+        Autograd:
+            Differentiable in x and every parameter, through the tk_ops GEMM and attention backward kernels.
+
+        Raises:
+            InputError: x is not (B, N, embed_dim) (or a packed shape with ``cu_seqlens``), ``max_seqlen`` is given
+                without ``cu_seqlens``, or the offsets break :func:`tk_ops.attention_varlen`'s rules.
+            DTypeError: x is not the parameters' dtype (bfloat16), or cu_seqlens is not int32.
+            DeviceMismatchError: x is on the CPU or on another device than the parameters.
+            ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError: the kernels are not built, lack the
+                gemm or attention family, or the GPU is not sm_90 (tk_ops.errors).
+
+        Example::
+
+            attn = tk_ops.nn.Attention(1024, 16, causal=True, device="cuda")      # D = 64
+            y = attn(torch.randn(2, 512, 1024, device="cuda", dtype=torch.bfloat16))   # (2, 512, 1024)
+            cu = torch.tensor([0, 100, 612, 1024], dtype=torch.int32, device="cuda")  # three documents
+            y_packed = attn(torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16), cu_seqlens=cu)
+        """
         # The dense path pays one test for the packed one; max_seqlen without cu_seqlens goes there to be refused.
         if cu_seqlens is not None or max_seqlen is not None:
             return self._forward_packed(x, cu_seqlens, max_seqlen)

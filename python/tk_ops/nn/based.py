@@ -16,9 +16,10 @@ class BasedLinearAttention(torch.nn.Module):
     One fused projection ``qkv`` (a :class:`Linear`, d_model -> 2 * H * feature_dim + d_model) makes the queries and
     keys (feature_dim = 16 per head, the Taylor feature map's input) and the values (Dv = d_model / H per head),
     :func:`tk_ops.based` mixes them and ``proj`` (a :class:`Linear`, d_model -> d_model) projects back; all three run
-    on tk_ops kernels, forward and backward. Dv must be a multiple of 16 up to 128 (:func:`tk_ops.based.value_dims`;
-    checking it loads the extension). The rows of ``qkv.weight`` are the H query heads, the H key heads (feature_dim
-    rows each), then the H value heads (Dv rows each); an equivalent PyTorch module computes::
+    on tk_ops kernels, forward and backward. Dv must be a multiple of 16 up to 128 (``value_dims()`` of the module
+    ``tk_ops.based`` lists the build's; checking it loads the extension). The rows of ``qkv.weight`` are the H query
+    heads, the H key heads (feature_dim rows each), then the H value heads (Dv rows each); an equivalent PyTorch
+    module computes::
 
         q, k, v = qkv(x).split([H * 16, H * 16, d_model], dim=-1)     # each viewed (B, N, H, 16 or Dv)
         s = q_i . k_j / sqrt(16) per head;  w = 1 + s + s^2 / 2 for j <= i, 0 after
@@ -29,15 +30,42 @@ class BasedLinearAttention(torch.nn.Module):
     checkpoints load directly: ``load_state_dict`` also accepts its parameter names (``proj_q``, ``proj_k``,
     ``proj_v``, ``out_proj`` or ``proj_o``, with as many key/value heads as query heads) and fuses them.
 
-    ``forward(x, state=None, output_final_state=False)`` continues from ``state`` (as returned, or from
-    :meth:`init_state`) and returns ``(y, state)`` when ``output_final_state``: chunked prefill. ``step(x_t, state)``
-    decodes one token per sequence, x_t (B, d_model) or (B, 1, d_model), updating ``state`` in place. The state is
-    :func:`tk_ops.based`'s: (kv (B, H, Dv, 273), k_sum (B, H, 273)), float32. Parameters are bfloat16 unless
-    ``dtype`` says otherwise (the projections compute in bfloat16).
+    Args:
+        d_model: the model width, a multiple of num_heads.
+        num_heads: H; the value dimension Dv = d_model / H must be a multiple of 16 up to 128.
+        feature_dim: the queries' and keys' width per head; must be 16 (the kernels' Taylor feature map).
+        normalize: divide by the running denominator (True), or use the numerator alone.
+        eps: added to the denominator, finite and >= 0.
+        bias: give both projections a bias.
+        device: where the parameters are created (None: torch's default device).
+        dtype: the parameters' dtype (None: bfloat16; the projections compute in bfloat16).
+
+    ``forward(x)`` returns y (B, N, d_model) for x (B, N, d_model), or ``(y, state)`` with
+    ``output_final_state=True`` (chunked prefill); ``step(x_t, state)`` decodes one token per sequence, x_t
+    (B, d_model) or (B, 1, d_model), updating ``state`` in place. The state is :func:`tk_ops.based`'s:
+    ``(kv (B, H, Dv, 273), k_sum (B, H, 273))``, float32 (:meth:`init_state` makes an empty one).
+
+    Autograd:
+        Every parameter and x train through ``forward`` (the tk_ops GEMM and Based backward kernels, gradients
+        reaching an incoming state too); ``step`` has no gradient.
+
+    Raises:
+        InputError: at construction, a size is not a positive int, feature_dim is not 16, d_model is not a multiple of
+            num_heads, Dv is not a value dimension the build takes (checked where the extension is installed, else at
+            the first forward), normalize is not a bool, or eps is out of range.
+
+    Example::
+
+        mixer = tk_ops.nn.BasedLinearAttention(1024, 16, device="cuda")   # Dv = 64
+        x = torch.randn(4, 2048, 1024, device="cuda", dtype=torch.bfloat16)
+        y, state = mixer(x, output_final_state=True)                     # (4, 2048, 1024), prompt's state
+        with torch.no_grad():
+            y_t = mixer.step(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16), state)   # (4, 1024)
     """
 
     def __init__(self, d_model: int, num_heads: int, feature_dim: int = 16, normalize: bool = True, eps: float = 1e-6,
-                 bias: bool = False, device=None, dtype=None):
+                 bias: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         name = "tk_ops.nn.BasedLinearAttention"
         for arg, value in (("d_model", d_model), ("num_heads", num_heads), ("feature_dim", feature_dim)):
@@ -71,7 +99,39 @@ class BasedLinearAttention(torch.nn.Module):
         return q.unflatten(-1, (h, f)), k.unflatten(-1, (h, f)), v.unflatten(-1, (h, self.value_dim))
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None,
-                output_final_state: bool = False):
+                output_final_state: bool = False
+                ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The mixer over whole sequences: the qkv projection, causal :func:`tk_ops.based` and the output projection.
+
+        With ``state`` the sequences continue from it (the previous piece's final state, or :meth:`init_state`),
+        so a prompt processed in pieces gives the outputs of one pass: chunked prefill.
+
+        Args:
+            x: (B, N, d_model) CUDA tensor in the parameters' dtype (bfloat16).
+            state: None (a zero state) or ``(kv (B, H, Dv, 273), k_sum (B, H, 273))`` float32, contiguous.
+            output_final_state: also return the state after the last token.
+
+        Returns:
+            y (B, N, d_model) in x's dtype, or ``(y, (kv, k_sum))`` with ``output_final_state``: the new state,
+            float32 (the incoming one is not modified).
+
+        Autograd:
+            Differentiable in x, every parameter and ``state``, from y and from the final state.
+
+        Raises:
+            InputError: x is not (B, N, d_model), or the state is not a pair of tensors of the shapes above.
+            DTypeError: x is not the parameters' dtype (bfloat16), or the state is not float32.
+            DeviceMismatchError: x or the state is on the CPU or on another device than the parameters.
+            ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError: the kernels are not built, lack the
+                gemm or based family, or the GPU is not sm_90 (tk_ops.errors).
+
+        Example::
+
+            mixer = tk_ops.nn.BasedLinearAttention(1024, 16, device="cuda")
+            x = torch.randn(4, 4096, 1024, device="cuda", dtype=torch.bfloat16)
+            y1, state = mixer(x[:, :2048], output_final_state=True)     # first half of the prompt
+            y2 = mixer(x[:, 2048:], state)                              # continues: cat([y1, y2], 1) ~ mixer(x)
+        """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise InputError(f"tk_ops.nn.BasedLinearAttention: input must be (batch, seq_len, {self.d_model}), "
                              f"got shape {tuple(x.shape)}")
@@ -86,9 +146,39 @@ class BasedLinearAttention(torch.nn.Module):
         return (y, final) if output_final_state else y
 
     def step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """One decoding step: x (B, d_model) or (B, 1, d_model), one new token per sequence; ``state`` (from
-        :meth:`init_state` or ``forward(..., output_final_state=True)``) is updated in place. Returns y shaped like
-        x."""
+        """One decoding step: the projections and :func:`tk_ops.based_step` for one new token per sequence,
+        adding it to ``state`` in place.
+
+        Args:
+            x: (B, d_model) or (B, 1, d_model) CUDA tensor in the parameters' dtype (bfloat16): one token per
+                sequence.
+            state: ``(kv (B, H, Dv, 273), k_sum (B, H, 273))`` float32, from :meth:`init_state` or ``forward(...,
+                output_final_state=True)``; updated in place.
+
+        Returns:
+            y shaped like x, in x's dtype: the token's output, which sees the token itself, so that prefill then
+            steps give the outputs of one pass.
+
+        Autograd:
+            No gradient through the step (decoding); a state that requires grad is refused while gradients are
+            enabled: decode under ``torch.no_grad()`` or pass the state detached.
+
+        Raises:
+            InputError: x is not one token per sequence of width d_model, the state has the wrong shapes, or it
+                requires grad while gradients are enabled.
+            DTypeError: x is not the parameters' dtype, or the state is not float32.
+            DeviceMismatchError: x or the state is on the CPU or on another device than the parameters.
+            ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError: the kernels are not built, lack the
+                gemm or based family, or the GPU is not sm_90 (tk_ops.errors).
+
+        Example::
+
+            mixer = tk_ops.nn.BasedLinearAttention(1024, 16, device="cuda")
+            state = mixer.init_state(4)
+            with torch.no_grad():
+                for _ in range(16):
+                    y_t = mixer.step(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16), state)   # (4, 1024)
+        """
         if x.dim() not in (2, 3) or x.shape[-1] != self.d_model or (x.dim() == 3 and x.shape[1] != 1):
             raise InputError(f"tk_ops.nn.BasedLinearAttention.step: input must be (batch, {self.d_model}) or "
                              f"(batch, 1, {self.d_model}), one token per sequence, got shape {tuple(x.shape)}")
@@ -97,9 +187,29 @@ class BasedLinearAttention(torch.nn.Module):
         o = based_step(q, k, v, state, None, self.normalize, self.eps)
         return self.proj(o.reshape(x2.shape)).view(x.shape)
 
-    def init_state(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """An empty state for ``batch`` sequences: zeros kv (batch, H, Dv, 273) and k_sum (batch, H, 273), float32,
-        on the module's device unless ``device`` is given."""
+    def init_state(self, batch: int, device: torch.device | str | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An empty recurrent state for ``batch`` sequences, to start :meth:`forward` or :meth:`step` from.
+
+        Args:
+            batch: the number of sequences B.
+            device: where to create it (None: the module's device).
+
+        Returns:
+            ``(kv, k_sum)``: zeros kv (batch, H, Dv, 273) and k_sum (batch, H, 273), float32, contiguous; the
+            state of an empty prefix, equal to passing no state at all.
+
+        Autograd:
+            Plain zero tensors that do not require grad (the state the step updates in place).
+
+        Raises:
+            No tk_ops error (torch's own for a bad batch or device).
+
+        Example::
+
+            mixer = tk_ops.nn.BasedLinearAttention(1024, 16, device="cuda")
+            kv, k_sum = mixer.init_state(8)          # (8, 16, 64, 273), (8, 16, 273) float32
+        """
         device = self.proj.weight.device if device is None else device
         features = 1 + self.feature_dim + self.feature_dim ** 2
         return (torch.zeros(batch, self.num_heads, self.value_dim, features, device=device, dtype=torch.float32),

@@ -45,6 +45,33 @@ class LongConv(torch.nn.Module):
     and y is a transposed (B, N, d_model) view of its (B, d_model, N) output. Every parameter, u and the gates train
     through the op's backward.
 
+    Args:
+        d_model: the channels, one filter each.
+        max_len: the filter's length, the longest sequence the module takes (at most 2^20, the kernels' longest;
+            checked at construction where the extension is installed, else at the first call).
+        decay_span: ``(fastest, slowest)``, 0 < fastest <= slowest: the fractions of max_len over which the channels'
+            initial windows fall to 1e-2.
+        device: where the parameters are created (None: torch's default device).
+
+    ``forward(u)`` returns y (B, N, d_model) in u's dtype for u (B, N, d_model) (:meth:`forward`).
+
+    Autograd:
+        Every parameter, u and the gates train through the op's backward (D's gradient is the filter gradient's
+        tap 0).
+
+    Raises:
+        InputError: at construction, d_model or max_len is not a positive int, max_len exceeds the kernels' longest
+            sequence, or decay_span is not a valid pair.
+        TypeError: a subclass sets the old ``conv`` class attribute (override :meth:`convolve` instead).
+
+    Example::
+
+        conv = tk_ops.nn.LongConv(768, 8192, device="cuda")          # float32 parameters
+        u = torch.randn(4, 8192, 768, device="cuda", dtype=torch.bfloat16)
+        gate = torch.sigmoid(torch.randn(4, 8192, 768, device="cuda")).bfloat16()
+        y = conv(u, postgate=gate)                                    # (4, 8192, 768) bfloat16
+        y.float().square().mean().backward()                          # conv.k.grad, conv.log_decay.grad, conv.D.grad
+
     The module checks what the op cannot see (u's (B, N, d_model) layout and N <= max_len); the op checks the rest
     (dtypes, the gates' shapes) and names the op's (B, d_model, N) layout. ``convolve`` is the one call of the op: a
     subclass may compute the convolution otherwise (examples/train_hyena.py's PyTorch twin does).
@@ -56,7 +83,8 @@ class LongConv(torch.nn.Module):
         if "conv" in cls.__dict__:
             raise TypeError(f"{cls.__name__}: tk_ops.nn.LongConv has no `conv` hook; override convolve() instead")
 
-    def __init__(self, d_model: int, max_len: int, decay_span: tuple[float, float] = (0.3, 1.5), device=None):
+    def __init__(self, d_model: int, max_len: int, decay_span: tuple[float, float] = (0.3, 1.5),
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
         name = "tk_ops.nn.LongConv"
         for arg, value in (("d_model", d_model), ("max_len", max_len)):
@@ -82,7 +110,22 @@ class LongConv(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """The initial values (class docstring): k N(0, 1 / max_len), the decay rates spread over decay_span, D one."""
+        """Set the parameters to their initial values, in place: k ~ N(0, 1 / max_len) per tap, the decay rates
+        alpha_h = ln(100) / span spread evenly (linearly in alpha) over the channels for span from
+        ``decay_span[1]`` down to ``decay_span[0]`` (stored as ``log_decay = log(alpha)``), and D = 1.
+
+        Returns:
+            None; the module's parameters are overwritten without recording gradients (under ``torch.no_grad()``),
+            so it may be called on a module that is training.
+
+        Raises:
+            No tk_ops error.
+
+        Example::
+
+            conv = tk_ops.nn.LongConv(768, 4096, device="cuda")
+            conv.reset_parameters()                                   # re-draw k, reset the decays and D
+        """
         fastest, slowest = self.decay_span
         with torch.no_grad():
             self.k.normal_(0.0, self.max_len ** -0.5)
@@ -92,13 +135,66 @@ class LongConv(torch.nn.Module):
             self.D.fill_(1.0)
 
     def effective_filter(self, n: int) -> torch.Tensor:
-        """k_eff (d_model, n) for sequences of length n <= max_len: the first n taps, windowed, D added to tap 0."""
+        """The filter the module convolves sequences of length n with, the skip term included::
+
+            k_eff[h, m] = k[h, m] * exp(-exp(log_decay[h]) * m / max_len) + (D[h] if m == 0 else 0),  m = 0 .. n - 1
+
+        Args:
+            n: the sequence length, 1 <= n <= max_len (a prefix of the filter's taps).
+
+        Returns:
+            k_eff (d_model, n) float32 on the parameters' device.
+
+        Autograd:
+            Differentiable in k, log_decay and D (plain PyTorch ops), which is how they train through
+            :meth:`forward`.
+
+        Raises:
+            No tk_ops error (n past max_len is refused by :meth:`forward`, not here).
+
+        Example::
+
+            conv = tk_ops.nn.LongConv(768, 4096, device="cuda")
+            k_eff = conv.effective_filter(1024)                       # (768, 1024) float32
+        """
         t = torch.arange(n, device=self.k.device, dtype=torch.float32) * (1.0 / self.max_len)
         window = torch.exp(-self.log_decay.exp()[:, None] * t)
         return self.k[:, :n] * window + F.pad(self.D[:, None], (0, n - 1))
 
     def forward(self, u: torch.Tensor, pregate: torch.Tensor | None = None,
                 postgate: torch.Tensor | None = None) -> torch.Tensor:
+        """The gated long convolution of u along the sequence, per channel::
+
+            v = u * pregate                                     # pregate None: v = u
+            y = postgate * (causal_conv(v, k_eff) + D * v)      # postgate None: no gating
+
+        with k_eff = :meth:`effective_filter` (N), one :func:`tk_ops.fftconv` call.
+
+        Args:
+            u: (B, N, d_model) bfloat16 or float16 CUDA tensor, 1 <= N <= max_len.
+            pregate: None, or (B, N, d_model) in u's dtype, multiplied into u before the convolution.
+            postgate: None, or (B, N, d_model) in u's dtype, multiplied into the result.
+
+        Returns:
+            y (B, N, d_model) in u's dtype (a transposed view of the op's (B, d_model, N) output).
+
+        Autograd:
+            Differentiable in u, the gates, k, log_decay and D, through the fftconv backward kernels.
+
+        Raises:
+            InputError: u is not (B, N, d_model) with 1 <= N <= max_len, or a gate's shape is not u's (the op then
+                names its (B, d_model, N) layout).
+            DTypeError: u is not bfloat16 or float16, or a gate is not in u's dtype.
+            DeviceMismatchError: u or a gate is on the CPU or on another device than the parameters.
+            ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError: the kernels are not built, lack the
+                fftconv family, or the GPU is not sm_90 (tk_ops.errors).
+
+        Example::
+
+            conv = tk_ops.nn.LongConv(768, 4096, device="cuda")
+            u = torch.randn(2, 1000, 768, device="cuda", dtype=torch.bfloat16)
+            y = conv(u)                                                # (2, 1000, 768): the first 1000 taps
+        """
         self._check(u)
         # The gates as the op reads them; anything else reaches the op as it is, which says what it takes.
         pre, post = (g.transpose(1, 2) if isinstance(g, torch.Tensor) and g.dim() == 3 else g
@@ -108,8 +204,33 @@ class LongConv(torch.nn.Module):
 
     def convolve(self, u: torch.Tensor, k: torch.Tensor, pregate: torch.Tensor | None,
                  postgate: torch.Tensor | None) -> torch.Tensor:
-        """postgate * causal_conv(u * pregate, k) on (B, d_model, N) rows with the effective filter k (d_model, N):
-        :func:`tk_ops.fftconv`."""
+        """The convolution step of :meth:`forward`, in the op's layout: ``postgate * causal_conv(u * pregate, k)``
+        by :func:`tk_ops.fftconv`. A subclass may override it to compute the same thing otherwise (a PyTorch
+        twin for comparison, say); forward passes the effective filter, skip term included.
+
+        Args:
+            u: (B, d_model, N) bfloat16 or float16 (forward passes a transposed view of its input).
+            k: (d_model, N) float32, the effective filter.
+            pregate: None, or (B, d_model, N) in u's dtype.
+            postgate: None, or (B, d_model, N) in u's dtype.
+
+        Returns:
+            y (B, d_model, N) in u's dtype.
+
+        Autograd:
+            Differentiable in u, k and the gates (:func:`tk_ops.fftconv`'s backward).
+
+        Raises:
+            InputError, DTypeError, DeviceMismatchError: as :func:`tk_ops.fftconv` raises them for these tensors
+                (shapes, dtypes, devices); ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError for the
+                build or the GPU.
+
+        Example::
+
+            conv = tk_ops.nn.LongConv(768, 4096, device="cuda")
+            u = torch.randn(2, 768, 4096, device="cuda", dtype=torch.bfloat16)
+            y = conv.convolve(u, conv.effective_filter(4096), None, None)   # (2, 768, 4096)
+        """
         return fftconv(u, k, pregate, postgate)
 
     def _check(self, u) -> None:

@@ -42,6 +42,46 @@ class Mamba2(torch.nn.Module):
     convolution, ssm_state (B, H, headdim, d_state); both float32, updated in place. ``step`` runs without gradients.
     As in mamba_ssm, ``step`` applies no ``dt_limit`` clamp (equal to ``forward`` with the default limits, where the
     softplus already makes dt positive).
+
+    Args:
+        d_model: the model width.
+        d_state: n, the state dimension per head: 64 or 128 for the scan.
+        d_conv: the depthwise convolution's width.
+        expand: d_inner = expand * d_model.
+        headdim: p, the head dimension (64 or 128); d_inner must be a multiple of it.
+        ngroups: G, the groups of B and C, dividing the heads.
+        chunk_size: the scan's chunk, 64, 128 or 256 (speed only).
+        A_init_range: ``(low, high)``, 0 < low <= high: A = -exp(A_log) starts uniform in -high .. -low.
+        D_has_hdim: D per channel (d_inner,) instead of per head (H,).
+        rmsnorm: apply the gated RMSNorm (True) or gate the scan's output with silu(z) directly.
+        norm_before_gate: with rmsnorm, normalise before the gate instead of after it.
+        dt_min: the lower end of the initial dt (log-uniform).
+        dt_max: the upper end of the initial dt.
+        dt_init_floor: the smallest initial dt.
+        dt_limit: ``(low, high)`` clamp of dt in ``forward``.
+        bias: give in_proj and out_proj a bias.
+        conv_bias: give the convolution a bias.
+        conv_init: None (torch's initialisation) or a bound b: the convolution weights start uniform in -b .. b.
+        layer_idx: the layer's index, kept for callers' caches (mamba_ssm's argument); unused here.
+        device: where the parameters are created (None: torch's default device).
+        dtype: the projections' dtype (None: bfloat16); the other parameters are float32.
+
+    ``forward(u)`` returns out (B, L, d_model) in the projections' dtype for u (B, L, d_model) (:meth:`forward`).
+
+    Autograd:
+        Every parameter trains, through the scan's backward, the GEMMs' and PyTorch's for the rest.
+
+    Raises:
+        InputError: at construction, a size is not a positive int, d_inner is not a multiple of headdim, ngroups does
+            not divide the heads, A_init_range is not increasing and positive, or a flag is not a bool. The scan's own
+            rules (headdim and d_state 64 or 128, chunk_size 64, 128 or 256) are checked at the first call.
+
+    Example::
+
+        mixer = tk_ops.nn.Mamba2(1024, device="cuda")         # d_state 128, headdim 64: 32 heads
+        u = torch.randn(2, 4096, 1024, device="cuda", dtype=torch.bfloat16)
+        y = mixer(u)                                           # (2, 4096, 1024) bfloat16
+        y.float().square().mean().backward()
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -55,7 +95,8 @@ class Mamba2(torch.nn.Module):
                  D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False,
                  dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
                  dt_limit: tuple[float, float] = (0.0, float("inf")), bias: bool = False, conv_bias: bool = True,
-                 conv_init: float | None = None, layer_idx: int | None = None, device=None, dtype=None):
+                 conv_init: float | None = None, layer_idx: int | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         name = "tk_ops.nn.Mamba2"
         for arg, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv), ("expand", expand),
@@ -135,8 +176,38 @@ class Mamba2(torch.nn.Module):
     # ------------------------------------------------------------------ calls
 
     def forward(self, u: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """u (B, L, d_model) -> (B, L, d_model). With ``cache`` (from :meth:`init_cache`), the sequence continues
-        from it and the cache is left at its end, in place."""
+        """The mixer over whole sequences: in_proj, the causal depthwise convolution, :func:`tk_ops.mamba2_chunk_scan`,
+        the gated RMSNorm and out_proj (the class's formula).
+
+        Args:
+            u: (B, L, d_model) CUDA tensor in the projections' dtype (bfloat16), L >= 1.
+            cache: None, or ``(conv_state, ssm_state)`` from :meth:`init_cache` (float32, batch B): the sequences
+                continue from it, and it is left at their end, in place (chunked prefill before :meth:`step`).
+
+        Returns:
+            out (B, L, d_model) in the projections' dtype.
+
+        Autograd:
+            Differentiable in u and every parameter (the scan's backward kernels, the GEMMs', PyTorch's for the
+            convolution and the norm). The cache is updated without gradients.
+
+        Raises:
+            InputError: u is not (B, L, d_model), the cache is not the pair :meth:`init_cache` makes for this batch,
+                or the scan's rules fail (headdim or d_state not 64 or 128, chunk_size not 64, 128 or 256).
+            DTypeError: u is not the projections' dtype.
+            DeviceMismatchError: u is on the CPU or on another device than the parameters.
+            ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError: the kernels are not built, lack the
+                gemm or mamba2 family, or the GPU is not sm_90 (tk_ops.errors).
+
+        Example::
+
+            mixer = tk_ops.nn.Mamba2(1024, device="cuda")
+            u = torch.randn(2, 4096, 1024, device="cuda", dtype=torch.bfloat16)
+            cache = mixer.init_cache(2)
+            with torch.no_grad():
+                y1 = mixer(u[:, :2048], cache)                 # prefill in two pieces: the cache moves on
+                y2 = mixer(u[:, 2048:], cache)                 # cat([y1, y2], 1) ~ mixer(u)
+        """
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise InputError(f"tk_ops.nn.Mamba2: input must be (batch, seq_len, {self.d_model}), got shape "
                              f"{tuple(u.shape)}")
@@ -170,9 +241,38 @@ class Mamba2(torch.nn.Module):
 
     @torch.no_grad()
     def step(self, u: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """One decoding step: u (B, d_model) or (B, 1, d_model), one new token per sequence; ``cache`` (from
-        :meth:`init_cache`, after a prefill by ``forward(u, cache)`` or not) is updated in place. Returns the output
-        shaped like u."""
+        """One decoding step: one new token per sequence through in_proj, the convolution's sliding window,
+        :func:`tk_ops.mamba2_step`, the gated RMSNorm and out_proj, updating ``cache`` in place.
+
+        Args:
+            u: (B, d_model) or (B, 1, d_model) CUDA tensor in the projections' dtype: one token per sequence.
+            cache: ``(conv_state, ssm_state)`` from :meth:`init_cache`, after a prefill by ``forward(u, cache)`` or
+                not; updated in place.
+
+        Returns:
+            out shaped like u, in the projections' dtype. With the default ``dt_limit``, prefill then steps give
+            the outputs of one forward over the whole sequence.
+
+        Autograd:
+            None: the step runs under ``torch.no_grad()`` (it is for decoding).
+
+        Raises:
+            InputError: u is not one token per sequence of width d_model, or the cache is not the pair
+                :meth:`init_cache` makes for this batch, or the step's rules fail (d_state not 16, 32, 64, 128 or
+                256).
+            DTypeError: u is not the projections' dtype.
+            DeviceMismatchError: u is on the CPU or on another device than the parameters.
+            ExtensionNotBuiltError, FamilyNotBuiltError, UnsupportedDeviceError: the kernels are not built, lack the
+                gemm or mamba2 family, or the GPU is not sm_90 (tk_ops.errors).
+
+        Example::
+
+            mixer = tk_ops.nn.Mamba2(1024, device="cuda")
+            cache = mixer.init_cache(4)
+            with torch.no_grad():
+                mixer(torch.randn(4, 512, 1024, device="cuda", dtype=torch.bfloat16), cache)   # prefill
+            y_t = mixer.step(torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16), cache)   # (4, 1024)
+        """
         if u.dim() not in (2, 3) or u.shape[-1] != self.d_model or (u.dim() == 3 and u.shape[1] != 1):
             raise InputError(f"tk_ops.nn.Mamba2.step: input must be (batch, {self.d_model}) or (batch, 1, "
                              f"{self.d_model}), one token per sequence, got shape {tuple(u.shape)}")
@@ -193,9 +293,29 @@ class Mamba2(torch.nn.Module):
         y = mamba2_step(ssm_state, x, dt, A, B, C, D=D, z=gate, dt_bias=dt_bias, dt_softplus=True)
         return self._finish(y.flatten(-2), z).view(u.shape)
 
-    def init_cache(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """An empty cache for ``batch`` sequences: zeros conv_state (batch, d_inner + 2 G d_state, d_conv) and
-        ssm_state (batch, H, headdim, d_state), float32, on the module's device unless ``device`` is given."""
+    def init_cache(self, batch: int, device: torch.device | str | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An empty decoding cache for ``batch`` sequences, to start :meth:`forward` or :meth:`step` from.
+
+        Args:
+            batch: the number of sequences B.
+            device: where to create it (None: the module's device).
+
+        Returns:
+            ``(conv_state, ssm_state)``: zeros conv_state (batch, d_inner + 2 G d_state, d_conv) and ssm_state
+            (batch, H, headdim, d_state), float32; the state of an empty prefix, mamba_ssm's layout.
+
+        Autograd:
+            Plain zero tensors that do not require grad (forward and step update them in place).
+
+        Raises:
+            No tk_ops error (torch's own for a bad batch or device).
+
+        Example::
+
+            mixer = tk_ops.nn.Mamba2(1024, device="cuda")
+            conv_state, ssm_state = mixer.init_cache(8)   # (8, 2304, 4), (8, 32, 64, 128) float32
+        """
         device = self.out_proj.weight.device if device is None else device
         return (torch.zeros(batch, self.conv_dim, self.d_conv, device=device, dtype=torch.float32),
                 torch.zeros(batch, self.nheads, self.headdim, self.d_state, device=device, dtype=torch.float32))
