@@ -6,47 +6,27 @@ computes, and on torch's own SDPA everywhere else.
     o = tk_ops.scaled_dot_product_attention(q, k, v, is_causal=True)   # (B, H, N, D) bf16 on an H100: the kernels
     torch.nn.functional.scaled_dot_product_attention = tk_ops.scaled_dot_product_attention  # safe: no recursion
 
-**The kernels run** for CUDA tensors of one dtype, bfloat16 or float16 (or any floating dtype but float64 under
-``torch.autocast("cuda")`` with a 16-bit dtype, see below), 3-D or more (leading dimensions are batch
-dimensions, the same for query, key and value), a head dimension the build's kernels take
-(:func:`tk_ops.attention.head_dims`) and the same for value, ``dropout_p == 0``, and one of: no mask, ``is_causal``
-with any query and key lengths, or a boolean ``attn_mask`` that is a band around a diagonal (causal aligned
-either way, sliding windows; below). Key/value heads fewer than the query heads need ``enable_gqa=True``, as SDPA
-requires (query head h uses key/value head h // (Hq // Hk)).
-
-**Everything else runs torch's SDPA**: a float (additive) mask, a boolean mask that is not a band, dropout,
-another head dimension, a value head dimension that differs from the query's, float32 or float64 outside autocast,
-CPU tensors, nested tensors, batch dimensions that broadcast. Each reason is reported once per process with a
-:class:`FallbackWarning` naming the argument; ``strict=True`` raises the tk_ops error instead
-(:class:`~tk_ops.errors.InputError`, :class:`~tk_ops.errors.DTypeError` for dtypes,
-:class:`~tk_ops.errors.DeviceMismatchError` for devices) and never runs torch's kernels. Arguments SDPA itself
-refuses (``attn_mask`` with ``is_causal=True``, mismatched dtypes, key heads that do not divide the query heads)
-reach torch's SDPA, which raises its own error (no warning is shown for a call that raised). The fallback calls
-``torch._C._nn.scaled_dot_product_attention``, bound at import, so this function may replace
-``torch.nn.functional.scaled_dot_product_attention``.
+The help of :func:`scaled_dot_product_attention` states which calls run on the kernels, which fall back, and what
+each fallback reports. The helpers here are the same rules as pure functions, which the CPU tests check without a
+GPU: :func:`fallback_reason` (why a call falls back), :func:`causal_plan` and :func:`mask_plan` (SDPA's masks as the
+kernels' bands), :func:`autocast_dtype`.
 
 **Causal alignment.** SDPA's ``is_causal`` is aligned top-left: query i sees key j iff j <= i. The kernels align
-bottom-right (FlashAttention's convention, :mod:`tk_ops.attention`); the mapping is exact (:func:`causal_plan`):
-Nq == Nk is the kernels' causal; Nq > Nk is the window (left unlimited, right = Nq - Nk), under which every row sees
-key 0, so no row is empty (as in SDPA); Nq < Nk runs the kernels' causal on the first Nq keys, the only ones any
-query sees (their gradients are exact zeros for the keys past Nq, as SDPA's are).
+bottom-right (FlashAttention's convention, :mod:`tk_ops.attention`). The mapping is exact, so ``is_causal`` alone never
+makes a call fall back: Nq == Nk is the kernels' causal; Nq > Nk is a window with an unlimited left side and
+right = Nq - Nk; Nq < Nk is the kernels' causal on the first Nq keys, the only ones any query sees.
 
-**Boolean masks** (True = take part, SDPA's convention) broadcastable to (..., Hq, Nq, Nk) run on the kernels when
-every broadcast slice is the same band: query i sees exactly the keys j with lo <= j - i <= hi (within 0 .. Nk - 1),
-for some lo <= hi, and the last query row sees at least one key (:func:`mask_plan`). This covers SDPA's causal mask
-(``torch.ones(Nq, Nk).tril()``), bottom-right causal masks (``tril(diagonal=Nk - Nq)``), causal and two-sided
-sliding windows. Rows that see no key (at the top of such a band) give 0, with zero gradients, as SDPA's math
-backend gives. Reading a mask's values costs a few small GPU ops and one synchronisation; the answer is kept for
-the last mask seen (a mask modified in place is read again; one written by a foreign kernel that bypasses the
-tensor's version counter, or an inference-mode tensor, is read at every call). Pass ``is_causal=True`` instead of
-a causal mask where you can: it costs nothing.
+**Boolean masks** are read, not trusted: the band is found from the first broadcast slice (the least and greatest
+offset j - i it lets through), then the whole mask is compared with that band. The answer is kept for the last mask
+seen, keyed on the tensor (a weak reference) and its version counter, so a mask shared by a model's layers is read
+once per forward and a mask modified in place is read again.
 
-**Autocast.** Under ``torch.autocast("cuda")`` SDPA casts floating inputs other than float64 to the autocast dtype
-and returns that dtype; so does this function, before running the kernels (gradients reach float32 leaves in
-float32, through the casts). An autocast dtype other than bfloat16 or float16 falls back.
+**Autocast.** SDPA is on autocast's lower-precision list; the casts are repeated here before the kernels so that
+float32 models under ``torch.autocast("cuda")`` run on them and get SDPA's output dtype.
 
 The fast path (CUDA 16-bit 4-D tensors, no mask, no dropout, not under autocast) is a few attribute tests and the
-op call, about the host time of :func:`tk_ops.attention` itself.
+op call, about the host time of :func:`tk_ops.attention` itself; everything else takes a slower path with every
+rule.
 """
 from __future__ import annotations
 
@@ -304,20 +284,95 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False,
                                  strict: bool = False) -> torch.Tensor:
-    """``torch.nn.functional.scaled_dot_product_attention`` on the tk_ops kernels where they apply (module docstring).
+    """``torch.nn.functional.scaled_dot_product_attention`` with the same signature, semantics and result, run on the
+    tk_ops attention kernels where they compute exactly what SDPA computes and on torch's own SDPA everywhere else.
 
-    Same signature (``scale`` and ``enable_gqa`` keyword-only, as in torch), same semantics and result: query
-    (..., Hq, Nq, E), key (..., H, Nk, E), value (..., H, Nk, Ev) -> (..., Hq, Nq, Ev), softmax(scale * q k^T
-    [masked]) v, scale defaulting to 1 / sqrt(E); ``is_causal`` aligned top-left (query i sees keys j <= i); a boolean
-    ``attn_mask`` True where a pair takes part, a float one added to the scores; ``enable_gqa=True`` for fewer
-    key/value heads. Differentiable in query, key and value on either path.
+    Computes ``softmax(scale * query @ key^T + mask) @ value`` per batch and head: a boolean ``attn_mask`` lets a
+    (query, key) pair take part where it is True, a float one is added to the scores, ``is_causal=True`` lets query
+    i see the keys j <= i (aligned top-left, SDPA's convention, for any Nq and Nk), and ``dropout_p`` drops
+    attention probabilities. It may replace the torch function
+    (``torch.nn.functional.scaled_dot_product_attention = tk_ops.scaled_dot_product_attention``): the fallback calls
+    torch's builtin, bound when tk_ops is imported, so it never calls itself.
 
-    The kernels run CUDA bfloat16 / float16 tensors (any floating dtype but float64 under CUDA autocast to a 16-bit
-    dtype, whose result has the autocast dtype, as SDPA's) with E == Ev one of :func:`tk_ops.attention.head_dims`,
-    no dropout, and no mask, ``is_causal``, or a boolean mask that is one band around a diagonal (causal either way,
-    sliding windows). Other calls run torch's SDPA and warn once per reason (:class:`FallbackWarning`, naming the
-    argument); ``strict=True`` raises the tk_ops error (:class:`~tk_ops.errors.InputError`, ``DTypeError``,
-    ``DeviceMismatchError``) instead.
+    **The kernels run** a call when all of these hold:
+
+    - query, key and value are CUDA tensors on one device, all bfloat16 or all float16; under
+      ``torch.autocast("cuda")`` with a bfloat16 or float16 autocast dtype, any floating dtypes but float64, which
+      are cast to it first, as SDPA casts them;
+    - they are 3-D or more, of one rank, with the same leading (batch) dimensions (none broadcast): query
+      (..., Hq, Nq, E), key and value (..., Hk, Nk, E), E one of the build's head dimensions
+      (:func:`tk_ops.attention.head_dims`) and value's last dimension E too; Hk == Hq, or Hk dividing Hq with
+      ``enable_gqa=True``;
+    - ``dropout_p == 0``;
+    - there is no mask, or ``is_causal=True``, or a boolean ``attn_mask`` that is one band around a diagonal.
+
+    *Causal.* The kernels align causal masks bottom-right; SDPA's top-left ``is_causal`` maps onto them exactly:
+    Nq == Nk is their causal; Nq > Nk a window that reaches Nq - Nk keys right of their diagonal, so every row sees
+    key 0 and none is empty, as in SDPA; Nq < Nk their causal on the first Nq keys, the only ones any query sees.
+
+    *Boolean masks* (True: take part), 2-D or more and broadcastable to (..., Hq, Nq, Nk), run on the kernels when
+    every broadcast slice is the same band, query i seeing exactly the keys j (0 <= j < Nk) with
+    ``lo <= j - i <= hi`` for some lo <= hi, and the last query row sees at least one key. That covers SDPA's causal
+    mask (``torch.ones(Nq, Nk, dtype=torch.bool).tril()``), bottom-right causal masks
+    (``tril(diagonal=Nk - Nq)``), and causal or two-sided sliding windows. Rows at the top of a band that see no key
+    output 0 with zero gradients, as SDPA's math backend gives. Reading a mask's values costs a few small GPU ops
+    and one synchronisation; the answer is kept for the last mask seen until that tensor is modified (its version
+    counter tells; an inference-mode mask has none and is read at every call, and a mask written by a kernel that
+    bypasses torch is not seen to change). ``is_causal=True`` costs nothing: prefer it to a causal mask.
+
+    **Every other call runs torch's SDPA.** The first of these reasons that applies names it: ``nested`` (a nested
+    query, key or value); ``dropout_p`` (nonzero); ``attn_mask`` (a float, additive mask; a mask with
+    ``is_causal=True``; a mask on another device than query; a boolean mask that is not such a band); ``dtype``
+    (dtypes that differ after autocast's casts; outside CUDA autocast, a dtype other than bfloat16 / float16; under
+    it, float64 or an autocast dtype other than bfloat16 / float16); ``shape`` (rank under 3; ranks or batch
+    dimensions that differ, which SDPA broadcasts; key and value lengths or heads that differ, or key's last
+    dimension other than E;
+    ``enable_gqa=True`` with key heads that do not divide the query heads); ``enable_gqa`` (Hk != Hq without
+    ``enable_gqa=True``, where SDPA broadcasts a single key head and refuses others); ``head_dim`` (value's last
+    dimension other than E, or E not built); ``device`` (CPU tensors, or tensors on several devices). Each reason is
+    reported once per process with a :class:`FallbackWarning` naming the argument, issued after torch's SDPA
+    returned: arguments SDPA itself refuses (a mask with ``is_causal=True``, dtypes that differ, key heads that do
+    not divide the query heads) raise torch's own error and spend no warning. ``strict=True`` raises the tk_ops
+    error for the reason instead and never runs torch's kernels.
+
+    Args:
+        query: (..., Hq, Nq, E); the dimensions before the last three are batch dimensions (3-D: no batch).
+        key: (..., Hk, Nk, E) with query's batch dimensions on the kernels (torch's SDPA broadcasts them).
+        value: (..., Hk, Nk, Ev), shaped like key but for its last dimension.
+        attn_mask: None; a boolean mask broadcastable to (..., Hq, Nq, Nk), True where query i may see key j; or a
+            float mask added to the scores (torch's SDPA runs it). Not together with ``is_causal=True``.
+        dropout_p: the probability of dropping each attention probability, applied whenever it is nonzero (SDPA
+            knows no eval mode: pass 0.0 outside training). Nonzero runs torch's SDPA.
+        is_causal: query i sees the keys j <= i, aligned top-left for any Nq and Nk.
+        scale: the factor of the scores ``query . key``; None means ``1 / sqrt(E)``.
+        enable_gqa: allow key and value fewer heads Hk than query's Hq, Hk dividing Hq (grouped-query attention):
+            query head h uses key/value head ``h // (Hq // Hk)``.
+        strict: raise the tk_ops error for a call that would run torch's SDPA, rather than warn and run it.
+            Keyword-only, a tk_ops addition to SDPA's signature.
+
+    Returns:
+        The attention output, a tensor (..., Hq, Nq, Ev) in query's dtype, or the autocast dtype under CUDA
+        autocast, as SDPA returns it. On the kernels it takes query's memory order for 4-D inputs, as SDPA's output
+        does, and a row that sees no key is 0.
+
+    Autograd:
+        Differentiable in query, key and value on either path: on the kernels through the tk_ops backward kernel
+        (dK and dV summed over each group's query heads; keys past the band's last one, which no query sees, get
+        exact zero gradients), on the fallback through torch's SDPA. Under autocast, gradients reach float32 leaves
+        in float32 through the casts. A boolean mask has no gradient; a float mask runs torch's SDPA, which
+        differentiates it as torch does. The fast path (4-D CUDA 16-bit tensors, no mask, no dropout, not under
+        autocast) traces under ``torch.compile(fullgraph=True)``; reading a mask synchronises, which breaks a graph.
+
+    Raises:
+        InputError: with ``strict=True``, for the reasons nested, dropout_p, attn_mask, shape, enable_gqa and
+            head_dim; on a call the kernels take, a scale that is not finite or sizes past the kernels' limits.
+        DTypeError: with ``strict=True``, for the reason dtype.
+        DeviceMismatchError: with ``strict=True``, for the reason device.
+        ExtensionNotBuiltError, FamilyNotBuiltError: a call with a (non-nested) CUDA query, where the extension is
+            not built or lacks the attention kernels, whatever the path (the build's head dimensions decide it):
+            the call raises rather than fall back in silence.
+        UnsupportedDeviceError: a call the kernels take, on a GPU other than sm_90 (H100 / H200).
+        Without ``strict``, arguments SDPA refuses raise torch's own error (a RuntimeError) from its SDPA.
 
     Example::
 
@@ -325,6 +380,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         k, v = torch.randn(2, 2, 2, 1024, 128, device="cuda", dtype=torch.bfloat16).unbind(0)
         o = tk_ops.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # (2, 16, 1024, 128)
         o.sum().backward()
+        i = torch.arange(1024, device="cuda")
+        local = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 256)   # causal, each query's last 256 keys
+        o_local = tk_ops.scaled_dot_product_attention(q, k, v, attn_mask=local, enable_gqa=True)   # the kernels too
     """
     # The fast path: a few attribute tests, then the op. Anything unusual takes _general, which has every rule.
     if (attn_mask is None and not dropout_p and not _any_autocast() and query.dim() == 4 and query.is_cuda

@@ -43,17 +43,7 @@ MODULE_POINTER = re.compile(r"\b(module|class)('s)? docstring", re.IGNORECASE)
 
 # Public functions whose docstrings live in files maintained separately and do not meet the bar yet. Each must keep
 # failing (strict): once its docstring is fixed, the entry goes and the function is checked like the others.
-PENDING = {
-    "tk_ops.scaled_dot_product_attention": "defers to the module docstring; no Returns: section; dropout_p undescribed",
-    "tk_ops.flash_attn.flash_attn_func": "defers the rules to the module docstring; no Returns: section; "
-                                         "softmax_scale undescribed; no return type hint",
-    "tk_ops.flash_attn.flash_attn_qkvpacked_func": "no Returns: section; options undescribed; no tk_ops error named; "
-                                                   "no return type hint",
-    "tk_ops.flash_attn.flash_attn_kvpacked_func": "no Returns: section; options undescribed; no tk_ops error named; "
-                                                  "no return type hint",
-    "tk_ops.flash_attn.flash_attn_varlen_func": "defers the offsets' rules to another docstring; no Returns: section; "
-                                                "options undescribed; no return type hint",
-}
+PENDING: dict[str, str] = {}
 
 
 class Item(typing.NamedTuple):
