@@ -102,7 +102,8 @@ setup(
     extras_require={
         "bench": ["matplotlib", "tqdm"],
         # cuobjdump/nvdisasm: the SASS checks in tests/cpu read the compiled kernels' instructions
-        "test": ["pytest", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"],
+        # transformers: the Hugging Face integration's tests (pinned: the integration reads its mask functions)
+        "test": ["pytest", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm", "transformers==5.23.0"],
     },
     zip_safe=False,
 )
