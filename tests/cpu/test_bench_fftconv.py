@@ -75,16 +75,17 @@ def test_compiled_peer_compiles_the_formulation_once(monkeypatch):
         compiled.append((fn, kwargs))
         return fn
     monkeypatch.setattr(torch, "compile", fake_compile)
-    monkeypatch.setattr(torch._dynamo.config, "cache_size_limit", 8)
-    monkeypatch.setattr(torch._dynamo.config, "accumulated_cache_size_limit", 8)
-    fn = fftconv.compiled_torch_fft()
-    assert compiled == []  # nothing compiled while the cases are listed
-    u, k, pregate, postgate = fftconv.make_inputs(64, 2, heads=3, gated=True, device="cpu")
-    y = fn(u, k, pregate, postgate)
-    fn(u, k)
-    assert compiled == [(fftconv.torch_fft, {"dynamic": False})]
-    assert torch.equal(y, fftconv.torch_fft(u, k, pregate, postgate))
-    assert torch._dynamo.config.cache_size_limit >= 64 and torch._dynamo.config.accumulated_cache_size_limit >= 64
+    # config.patch restores the limits afterwards (monkeypatch would delete dynamo's config entries on undo).
+    with torch._dynamo.config.patch(recompile_limit=8, accumulated_recompile_limit=8):
+        fn = fftconv.compiled_torch_fft()
+        assert compiled == []  # nothing compiled while the cases are listed
+        u, k, pregate, postgate = fftconv.make_inputs(64, 2, heads=3, gated=True, device="cpu")
+        y = fn(u, k, pregate, postgate)
+        fn(u, k)
+        assert compiled == [(fftconv.torch_fft, {"dynamic": False})]
+        assert torch.equal(y, fftconv.torch_fft(u, k, pregate, postgate))
+        config = torch._dynamo.config
+        assert config.recompile_limit >= 64 and config.accumulated_recompile_limit >= 64
 
 
 def test_flash_lookup_survives_a_missing_package(monkeypatch):

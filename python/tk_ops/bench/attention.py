@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .core import Case, Impl, _short, grad_like
+from .core import Case, Impl, _short, allow_recompiles, grad_like
 
 TITLE = "Attention (B x 16 heads x N x D, bf16)"
 MASKS_TITLE = "Masked attention (16 heads, 16384 tokens, bf16; TFLOP/s of visible pairs)"
@@ -142,11 +142,8 @@ def _flex(mask_mod, score_mod, b: int, n: int):
     def forward(q, k, v, *_):
         if not made:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-            # Compiled for this shape alone (dynamic=False), with room for every case's recompilation: past dynamo's
-            # default limit of 8 it would fall back to eager flex_attention, which materialises the scores.
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-            torch._dynamo.config.accumulated_cache_size_limit = max(
-                torch._dynamo.config.accumulated_cache_size_limit, 1024)
+            # Compiled for this shape alone (dynamic=False); eager flex_attention would materialise the scores.
+            allow_recompiles()
             made["fn"] = torch.compile(flex_attention, dynamic=False)
             made["mask"] = create_block_mask(mask_mod, b, None, n, n, device=q.device)
         return made["fn"](q, k, v, score_mod=score_mod, block_mask=made["mask"])

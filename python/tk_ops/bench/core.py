@@ -232,6 +232,14 @@ def rotation_count(set_bytes: int, l2_bytes: int) -> int:
 _streams: dict = {}
 
 
+def allow_recompiles(per_function: int = 256, total: int = 1024) -> None:
+    """Room in dynamo's cache for one compilation of a compiled peer per benchmarked shape: past the default limit
+    (8) torch.compile gives up and runs the function eagerly, which would time another implementation."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, per_function)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, total)
+
+
 @contextlib.contextmanager
 def bench_stream():
     """Runs the body on a side stream kept for the benchmark. A CUDA graph is captured on a stream other than the
