@@ -271,8 +271,9 @@ def windowed(losses: list[float], every: int) -> list[tuple[int, float]]:
             for i in range(0, len(losses), every)]
 
 
-def add_run_args(p: argparse.ArgumentParser):
-    """The options of a comparison run that do not depend on the model (compare_training reads them)."""
+def add_run_args(p: argparse.ArgumentParser, compile_option: bool = True):
+    """The options of a comparison run that do not depend on the model (compare_training reads them); --compile only
+    where the example can compile its models."""
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -280,8 +281,9 @@ def add_run_args(p: argparse.ArgumentParser):
     p.add_argument("--every", type=int, default=25, help="steps per printed (and compared) loss value")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest allowed difference between the curves, in nats (default: 0.05 + 3%% of the loss)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile both models (the first steps, untimed, include compilation)")
+    if compile_option:
+        p.add_argument("--compile", action="store_true",
+                       help="torch.compile both models (the first steps, untimed, include compilation)")
 
 
 def parse_args(argv=None):

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from tk_ops.integrations import transformers as tk_transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_gpt import (TOLERANCE_ABS, TOLERANCE_REL, VOCAB, PackedData, document_ids, make_data,  # noqa: E402
+from train_gpt import (TOLERANCE_ABS, TOLERANCE_REL, VOCAB, PackedData, add_run_args, document_ids, make_data,  # noqa: E402
                        make_packed_data)
 
 GENERATE_TOKENS = 32
@@ -64,13 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=512, help="hidden size; hidden / heads must be 64, 96, 128 or 256")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=2, help="key/value heads (GQA)")
-    p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--every", type=int, default=25, help="steps per printed (and compared) loss value")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="largest allowed difference between the curves, in nats (default: 0.05 + 3%% of the loss)")
+    add_run_args(p, compile_option=False)
     p.add_argument("--packed", action="store_true",
                    help="pack documents of random lengths (seq / 8 to seq) into one row of batch * seq tokens")
     p.add_argument("--generate", action="store_true",
